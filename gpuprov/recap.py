@@ -1,0 +1,134 @@
+"""Show a run: live progress per host and role, the final recap table, the ``--json`` summary.
+
+Everything here reads :class:`gpuprov.runner.RunResult` and ansible-runner events; nothing parses
+ansible-playbook's stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuprov.runner import RESULT_EVENTS, RunResult
+
+#: Version of the ``--json`` summary layout (documented in README.md, "Run summary (--json)").
+SUMMARY_VERSION = 1
+
+_STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold magenta",
+          "skipped": "cyan"}
+
+
+class ProgressPrinter:
+    """ansible-runner event callback printing progress: one line when a host enters a role, one per
+    changed, failed or unreachable task. Quiet for ok and skipped tasks so a 100-host run stays readable."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._role: dict[str, str] = {}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """Print what ``event`` changes in the progress view."""
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.console.print(f"[bold]play[/bold] {data.get('play', '')}")
+            return
+        state = RESULT_EVENTS.get(kind)
+        host = data.get("host")
+        if not state or not host:
+            return
+        role = str(data.get("role") or "(play)")
+        if self._role.get(host) != role:
+            self._role[host] = role
+            self.console.print(f"  {host:<24} [bold]{role}[/bold]")
+        res: dict[str, Any] = data["res"] if isinstance(data.get("res"), dict) else {}
+        if state == "ok" and res.get("changed"):
+            state = "changed"
+        if state in ("changed", "failed", "unreachable"):
+            line = f"  {host:<24}   {state}: {data.get('task', '')}"
+            msg = res.get("msg") if state != "changed" else None
+            self.console.print(line + (f" - {msg}" if msg else ""), style=_STYLE[state], markup=False,
+                               highlight=False)
+
+
+def recap_table(result: RunResult, check: bool) -> Table:
+    """Build the per-host recap: ok/changed/failed/unreachable/skipped and duration (seconds)."""
+    title = "gpuprov recap" + (" (check mode: changed = drift)" if check else "")
+    table = Table(title=title, title_justify="left")
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped", "duration"):
+        table.add_column(column, justify="left" if column == "host" else "right")
+    for name in sorted(result.hosts):
+        host = result.hosts[name]
+        table.add_row(
+            f"[{_STYLE.get(host.status, 'white')}]{name}[/]",
+            str(host.ok), str(host.changed), str(host.failed), str(host.unreachable), str(host.skipped),
+            f"{host.duration_s:.1f}s",
+        )
+    return table
+
+
+def retry_command(argv: list[str], hosts: list[str]) -> str:
+    """Return the command line that re-runs ``argv`` on ``hosts`` only.
+
+    Any ``--limit``/``-l`` in ``argv`` is replaced; ``argv`` starts after the program name.
+    """
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--limit", "-l"):
+            skip = True
+            continue
+        if arg.startswith("--limit="):
+            continue
+        kept.append(arg)
+    return shlex.join(["gpuprov", *kept, "--limit", ",".join(hosts)])
+
+
+def summary(result: RunResult, *, fleet: Path, playbook: str, check: bool, exit_code: int) -> dict[str, Any]:
+    """Return the ``--json`` summary (layout version :data:`SUMMARY_VERSION`, see README.md).
+
+    Durations are seconds; times are UTC ISO 8601.
+    """
+    hosts: dict[str, Any] = {}
+    for name in sorted(result.hosts):
+        h = result.hosts[name]
+        hosts[name] = {
+            "status": h.status, "ok": h.ok, "changed": h.changed, "failed": h.failed,
+            "unreachable": h.unreachable, "skipped": h.skipped, "rescued": h.rescued, "ignored": h.ignored,
+            "duration_s": round(h.duration_s, 3),
+            "roles": {r: {"tasks": t.tasks, "changed": t.changed, "failed": t.failed,
+                          "duration_s": round(t.duration_s, 3)} for r, t in sorted(h.roles.items())},
+            "failures": h.failures,
+        }
+    return {
+        "version": SUMMARY_VERSION,
+        "fleet": str(fleet),
+        "playbook": playbook,
+        "check": check,
+        "status": result.status,
+        "ansible_rc": result.rc,
+        "exit_code": exit_code,
+        "started": result.started.isoformat(),
+        "finished": result.finished.isoformat(),
+        "duration_s": round((result.finished - result.started).total_seconds(), 3),
+        "run_dir": str(result.run_dir),
+        "drift_hosts": result.changed_hosts if check else [],
+        "failed_hosts": result.failed_hosts,
+        "hosts": hosts,
+    }
+
+
+def write_summary(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON to ``path`` atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,34 @@
+"""gpuprov.recap: retry command and the --json summary layout."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+from pathlib import Path
+
+from gpuprov.recap import retry_command, summary, write_summary
+from gpuprov.runner import HostResult, RunResult
+
+
+def test_retry_command_replaces_limit_and_keeps_the_rest() -> None:
+    argv = ["apply", "fleet.yml", "--role", "nouveau", "--limit", "all", "-e", "a=b c"]
+    cmd = retry_command(argv, ["gpu02", "gpu07"])
+    assert shlex.split(cmd) == ["gpuprov", "apply", "fleet.yml", "--role", "nouveau", "-e", "a=b c",
+                                "--limit", "gpu02,gpu07"]
+    assert shlex.split(retry_command(["check", "f.yml", "--limit=x"], ["h"]))[-2:] == ["--limit", "h"]
+
+
+def test_summary_layout(tmp_path: Path) -> None:
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    hosts = {"a": HostResult(name="a", ok=3, changed=1), "b": HostResult(name="b", ok=1, unreachable=1)}
+    result = RunResult(status="failed", rc=4, run_dir=tmp_path, artifact_dir=tmp_path, hosts=hosts,
+                       started=t0, finished=t0 + dt.timedelta(seconds=12))
+    data = summary(result, fleet=Path("f.yml"), playbook="site", check=True, exit_code=3)
+    assert data["failed_hosts"] == ["b"]
+    assert data["drift_hosts"] == ["a"]
+    assert data["hosts"]["b"]["status"] == "unreachable"
+    assert data["duration_s"] == 12.0
+    out = tmp_path / "s.json"
+    write_summary(out, data)
+    assert json.loads(out.read_text())["hosts"]["a"]["changed"] == 1
