@@ -1,0 +1,301 @@
+"""Hardware and version checks on one host's merged settings, and resolution of ``auto`` choices.
+
+Every rule reads :mod:`gpuprov.matrix` (NVIDIA's numbers, cited per row in ``gpuprov/data/matrix.yml``).
+A failed rule is reported at the field a user should change, on the line of the most specific layer
+that set it (the host's line when the value is a schema default). Resolved ``auto`` values are written
+into the settings and recorded as :class:`~gpuprov.fleet.model.Resolution` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprov.fleet.errors import suggest_fix
+from gpuprov.fleet.merge import origin_of
+from gpuprov.fleet.model import Resolution
+from gpuprov.fleet.problem import Path_, Problem, format_path
+from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
+
+_LONG_LIVED = ("ltsb", "production")
+
+
+@dataclass
+class HostCheck:
+    """Context of one host's checks: where to report and what was found."""
+
+    name: str
+    file: str
+    host_line: int
+    origins: dict[Path_, Path_]
+    line_of: Callable[[Path_], int]
+    problems: list[Problem] = field(default_factory=list)
+    resolutions: list[Resolution] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def _where(self, sub: Path_) -> tuple[Path_, int]:
+        origin = origin_of(self.origins, sub)
+        if origin is None:
+            return ("hosts", self.name, "settings", *sub), self.host_line
+        return origin, self.line_of(origin)
+
+    def fail(self, sub: Path_, problem: str, fix: str, *, anchor: Path_ | None = None) -> None:
+        """Report ``problem`` for settings path ``sub``; with ``anchor``, on the line of that field's layer."""
+        if anchor is not None and origin_of(self.origins, anchor) is not None:
+            origin = origin_of(self.origins, anchor)
+            assert origin is not None
+            path: Path_ = (*origin[: len(origin) - len(anchor)], *sub)
+            line = self.line_of(origin)
+        else:
+            path, line = self._where(sub)
+        if path[:2] != ("hosts", self.name):
+            problem = f"host {self.name}: {problem}"
+        self.problems.append(Problem(self.file, line, format_path(path), problem, fix))
+
+    def resolve(self, settings: dict[str, Any], sub: Path_, value: Any, reason: str) -> None:
+        """Set settings path ``sub`` to ``value`` and record why."""
+        target = settings
+        for key in sub[:-1]:
+            target = target[key]
+        target[sub[-1]] = value
+        self.resolutions.append(Resolution(format_path(sub), value, reason))
+
+
+def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None:
+    """Check one host's effective ``settings`` (changed in place: ``auto`` resolved) against ``matrix``."""
+    gpus = settings["gpus"]
+    gpu = matrix.gpu(gpus["model"])
+    if gpu is None:
+        ctx.fail(("gpus", "model"), f"unknown GPU model {gpus['model']!r}",
+                 suggest_fix(gpus["model"], sorted(matrix.gpus), "a model from `gpuprov matrix --section gpus`"))
+    elif gpu.model != gpus["model"]:
+        ctx.resolve(settings, ("gpus", "model"), gpu.model, f"{gpus['model']!r} is spelled {gpu.model} in the matrix")
+    _check_method(ctx, settings, matrix)
+    cuda_ok = _check_cuda(ctx, settings, matrix, gpu)
+    branch = _resolve_branch(ctx, settings, matrix, gpu, cuda_ok)
+    if branch is None or branch not in matrix.branches:
+        return
+    _check_branch(ctx, settings, matrix, gpu, branch)
+    _check_libraries(ctx, settings, matrix, branch, cuda_ok)
+    if gpu is not None:
+        _check_flavour(ctx, settings, matrix, gpu, branch)
+        _check_hardware(ctx, settings, matrix, gpu)
+
+
+def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
+    drv, os_name = s["driver"], s["os"]
+    method = drv["method"]
+    if method == "ubuntu-drivers" and m.os[os_name].family != "ubuntu":
+        ctx.fail(("driver", "method"), f"ubuntu-drivers exists only on Ubuntu, not on {os_name}",
+                 "use method cuda-repo (or distro)")
+    if method == "runfile":
+        needs = {
+            "runfile_sha256": "add the runfile's SHA-256 (`sha256sum NVIDIA-Linux-x86_64-<version>.run`)",
+            "runfile_url": "add the URL gpuprov downloads the runfile from (your mirror)",
+            "version": 'add the exact driver version the runfile installs, e.g. "580.95.05"',
+        }
+        for key, fix in needs.items():
+            if drv[key] is None:
+                ctx.fail(("driver", key), f"driver method runfile needs driver.{key}", fix, anchor=("driver", "method"))
+
+
+def _check_cuda(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None) -> bool:
+    """Check cuda.version alone (known, published for the OS, can target the GPU); True when usable."""
+    cuda, os_name = s["cuda"]["version"], s["os"]
+    if cuda is None:
+        return False
+    if m.cuda_release(cuda) is None:
+        ctx.fail(("cuda", "version"), f"CUDA {cuda} is not in gpuprov's matrix",
+                 suggest_fix(cuda, sorted(m.cuda, key=version_key), "a known CUDA version"))
+        return False
+    if not m.os_has_cuda(os_name, cuda):
+        entry = m.os[os_name]
+        ctx.fail(("cuda", "version"), f"CUDA {cuda} is not published for {os_name}",
+                 f"use CUDA {entry.cuda_first} to {entry.cuda_last} on {os_name}, or another OS")
+        return False
+    if gpu is not None and version_key(cuda) < version_key(gpu.min_cuda):
+        ctx.fail(("cuda", "version"), f"CUDA {cuda} cannot target {gpu.model} ({gpu.architecture})",
+                 f"use CUDA {gpu.min_cuda} or newer")
+        return False
+    if gpu is not None and gpu.max_cuda and version_key(cuda) > version_key(gpu.max_cuda):
+        ctx.fail(("cuda", "version"), f"CUDA {cuda} dropped {gpu.model} ({gpu.architecture})",
+                 f"use CUDA {gpu.max_cuda} or older")
+        return False
+    return True
+
+
+def _resolve_branch(
+    ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None, cuda_ok: bool
+) -> str | None:
+    drv = s["driver"]
+    branch, version = drv["branch"], drv["version"]
+    if version is not None and branch != "auto" and branch_of(version) != branch:
+        ctx.fail(("driver", "version"), f"driver version {version} is not on branch {branch}",
+                 f'set driver.branch to "{branch_of(version)}" or pick a {branch}.x version')
+        return None
+    if branch == "auto" and version is not None:
+        branch = branch_of(version)
+        ctx.resolve(s, ("driver", "branch"), branch, f"branch of driver.version {version}")
+    elif branch == "auto":
+        picked = _pick_branch(m, s, gpu, cuda_ok)
+        if picked is None:
+            ctx.fail(("driver", "branch"), "no driver branch in the matrix fits this host's OS, GPU and CUDA",
+                     "set driver.branch explicitly, or change os or cuda.version")
+            return None
+        branch, reason = picked
+        ctx.resolve(s, ("driver", "branch"), branch, reason)
+    if branch not in m.branches:
+        ctx.fail(("driver", "branch"), f"driver branch {branch} is not in gpuprov's matrix",
+                 suggest_fix(branch, m.branches_sorted(), "a known branch"))
+    return str(branch)
+
+
+def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool) -> tuple[str, str] | None:
+    os_name, method = s["os"], s["driver"]["method"]
+    cuda = s["cuda"]["version"] if cuda_ok else None
+    cuda_rel = m.cuda_release(cuda) if cuda else None
+    build = m.cudnn_build(s["cudnn"]["version"], cuda) if cuda and s["cudnn"]["version"] else None
+    fits = []
+    for branch in reversed(m.branches_sorted()):
+        number = int(branch)
+        if gpu is not None and (number < int(gpu.min_branch) or (gpu.max_branch and number > int(gpu.max_branch))):
+            continue
+        if m.os_has_branch(os_name, branch, method) is False:
+            continue
+        if cuda_rel is not None and number < int(cuda_rel.branch):
+            continue
+        if build is not None and number < int(branch_of(build.min_driver)):
+            continue
+        fits.append(branch)
+    preferred = [b for b in fits if m.branches[b].kind in _LONG_LIVED]
+    if not fits:
+        return None
+    branch = (preferred or fits)[0]
+    reason = f"newest {m.branches[branch].kind} branch {method} offers on {os_name}"
+    if gpu is not None:
+        reason += f" that supports {gpu.model}"
+    if cuda_rel is not None:
+        reason += f" and runs CUDA {cuda} with full compatibility"
+    return branch, reason
+
+
+def _check_branch(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None, branch: str) -> None:
+    os_name, method, number = s["os"], s["driver"]["method"], int(branch)
+    if gpu is not None and number < int(gpu.min_branch):
+        ctx.fail(("driver", "branch"), f"driver branch {branch} does not support {gpu.model} (first: {gpu.min_branch})",
+                 f"use driver branch {gpu.min_branch} or newer")
+    elif gpu is not None and gpu.max_branch is not None and number > int(gpu.max_branch):
+        ctx.fail(("driver", "branch"), f"driver branch {branch} dropped {gpu.model} (last: {gpu.max_branch})",
+                 f"use driver branch {gpu.max_branch} or older")
+    elif m.os_has_branch(os_name, branch, method) is False:
+        entry = m.os[os_name]
+        offered = entry.cuda_repo_branches if method == "cuda-repo" else entry.distro_branches or ()
+        ctx.fail(("driver", "branch"), f"driver branch {branch} is not published for {os_name} (method {method})",
+                 f"use one of {', '.join(offered)} on {os_name}")
+
+
+def _check_libraries(ctx: HostCheck, s: dict[str, Any], m: Matrix, branch: str, cuda_ok: bool) -> None:
+    cuda, number = s["cuda"]["version"], int(branch)
+    rel = m.cuda_release(cuda) if cuda_ok else None
+    if rel is not None and not m.branch_supports_cuda(branch, cuda):
+        ctx.fail(("driver", "branch"), f"driver branch {branch} cannot run CUDA {cuda} (needs driver >= "
+                 f"{m.min_driver(cuda)})", f"use driver branch {rel.branch} or newer, or an older CUDA")
+    elif rel is not None and number < int(rel.branch):
+        ctx.notes.append(f"driver {branch} is older than {rel.driver}, which CUDA {cuda} shipped with: it runs "
+                         "under minor-version compatibility (no JIT of newer PTX)")
+    for lib in ("cudnn", "nccl"):
+        version = s[lib]["version"]
+        if version is None:
+            continue
+        if cuda is None:
+            ctx.fail((lib, "version"), f"{lib} {version} needs a CUDA toolkit",
+                     f"set cuda.version, or {lib}.version: null")
+        elif cuda_ok:
+            _check_library(ctx, m, lib, version, cuda, number)
+
+
+def _check_library(ctx: HostCheck, m: Matrix, lib: str, version: str, cuda: str, branch: int) -> None:
+    major = int(cuda.split(".", maxsplit=1)[0])
+    if lib == "cudnn":
+        rel = m.cudnn_release(version)
+        if rel is None:
+            ctx.fail((lib, "version"), f"cuDNN {version} is not in gpuprov's matrix",
+                     suggest_fix(version, list(m.cudnn), "a known cuDNN release"))
+            return
+        build = m.cudnn_build(version, cuda)
+        if build is None:
+            built = [f"{b.cuda[0]}-{b.cuda[-1]}" if len(b.cuda) > 1 else b.cuda[0] for b in rel.builds]
+            fitting = [r.version for r in m.cudnn.values() if m.cudnn_build(r.version, cuda)]
+            ctx.fail((lib, "version"), f"cuDNN {version} is built for CUDA {', '.join(built)}, not CUDA {cuda}",
+                     f"use cuDNN {fitting[-1]} for CUDA {cuda}" if fitting else "change cuda.version")
+        elif branch < int(branch_of(build.min_driver)):
+            ctx.fail(("driver", "branch"), f"cuDNN {version} for CUDA {major} needs driver >= {build.min_driver}",
+                     f"use driver branch {branch_of(build.min_driver)} or newer")
+        return
+    nccl = m.nccl_release(version)
+    if nccl is None:
+        ctx.fail((lib, "version"), f"NCCL {version} is not in gpuprov's matrix",
+                 suggest_fix(version, list(m.nccl), "a known NCCL release"))
+    elif not m.nccl_supports(version, cuda):
+        fitting = [r.version for r in m.nccl.values() if major in r.cuda_majors]
+        ctx.fail((lib, "version"), f"NCCL {version} is built for CUDA {', '.join(nccl.cuda)}, not CUDA {major}.x",
+                 f"use NCCL {fitting[-1]} for CUDA {cuda}" if fitting else "change cuda.version")
+
+
+def _check_flavour(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel, branch: str) -> None:
+    flavour, number = s["driver"]["flavour"], int(branch)
+    first, default = int(m.open_first_branch), int(m.open_default_branch)
+    what = f"{gpu.model} is {gpu.architecture.capitalize()}"
+    if flavour == "open" and gpu.open_modules == "unsupported":
+        ctx.fail(("driver", "flavour"), f"open kernel modules do not support {gpu.model} ({gpu.architecture})",
+                 "use flavour proprietary (or auto)")
+    elif flavour == "open" and number < first:
+        ctx.fail(("driver", "flavour"), f"open kernel modules start with branch {first}, not {branch}",
+                 f"use flavour proprietary or driver branch {first}+")
+    elif flavour == "proprietary" and gpu.open_modules == "required":
+        ctx.fail(("driver", "flavour"), f"{what}: it requires the open kernel modules",
+                 "use flavour open (or auto)")
+    elif flavour == "open" and gpu.segment != "datacenter" and number < default:
+        ctx.notes.append(f"open modules on {gpu.segment} GPUs before R{default} were not production quality")
+    elif flavour == "auto":
+        if gpu.open_modules == "required":
+            value, reason = "open", f"{what}: proprietary modules do not support it"
+        elif gpu.open_modules == "unsupported":
+            value, reason = "proprietary", f"{what}: open modules need Turing or newer"
+        elif number >= default:
+            value, reason = "open", f"{what} and branch {branch} >= {default}, where open is NVIDIA's default"
+        elif gpu.segment == "datacenter" and number >= first:
+            value, reason = "open", f"{what} (datacenter) and open modules are production from branch {first}"
+        else:
+            value, reason = "proprietary", f"{what} and open modules are not the default before branch {default}"
+        ctx.resolve(s, ("driver", "flavour"), value, reason)
+
+
+def _check_hardware(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel) -> None:
+    gpus, method, os_name = s["gpus"], s["driver"]["method"], s["os"]
+    count = gpus["count"]
+    if gpus["nvswitch"]:
+        if not gpu.nvswitch_capable:
+            ctx.fail(("gpus", "nvswitch"), f"{gpu.model} does not sit on an NVSwitch baseboard",
+                     "set gpus.nvswitch: false (NVSwitch needs an SXM model such as H100-SXM5-80GB)")
+        elif not m.fabric_manager_available(os_name, method):
+            ctx.fail(("driver", "method"), f"NVSwitch systems need Fabric Manager matching the driver, which "
+                     f"method {method} cannot install on {os_name}", "use method cuda-repo")
+        elif gpu.architecture == "blackwell":
+            ctx.notes.append("NVLink 5 (Blackwell) systems also need the NVLink Subnet Manager (nvlsm)")
+    layout = s["mig"]["layout"]
+    if layout is not None and not gpu.mig:
+        capable = ", ".join(g.model for g in m.gpus.values() if g.mig)
+        ctx.fail(("mig", "layout"), f"{gpu.model} does not support MIG", f"remove mig.layout (MIG GPUs: {capable})")
+    elif layout is not None and layout not in s["mig"]["layouts"]:
+        ctx.fail(("mig", "layout"), f"MIG layout {layout!r} is not defined in mig.layouts",
+                 suggest_fix(layout, sorted(s["mig"]["layouts"]), "a layout defined in mig.layouts"))
+    workers = s["image_workers"]["gpus"]
+    if isinstance(workers, list) and any(index >= count for index in workers):
+        ctx.fail(("image_workers", "gpus"), f"GPU index {max(workers)} does not exist on a host with {count} GPUs",
+                 f"use indexes 0 to {count - 1}, or all")
+    psu = s["psu_watts"]
+    if psu is not None and psu < count * gpu.tdp_watts:
+        ctx.fail(("psu_watts",), f"{psu} W is below the {count} x {gpu.tdp_watts} W board power of the GPUs alone",
+                 f"set the real PSU capacity (>= {count * gpu.tdp_watts} W) or check gpus.count")

@@ -1,0 +1,223 @@
+"""Load a fleet file as plain Python data plus the line of every mapping key and list item.
+
+PyYAML composes the document into nodes (which carry their line) and this module builds the data from
+the nodes itself, so it can record ``path -> line`` for every key and item, report duplicate keys with
+both lines, and refuse recursive aliases or alias bombs. Scalars are built by PyYAML's safe
+constructor, so types are those of ``yaml.safe_load`` (YAML 1.1: ``yes`` is ``True``).
+
+Whole-document failures (unreadable, not UTF-8, YAML syntax, empty, top level not a mapping) raise
+:class:`~gpuprov.exceptions.FleetValidationError`; duplicate keys are returned as problems so that
+validation can go on and report everything at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from gpuprov.exceptions import FleetValidationError
+from gpuprov.fleet.problem import DOCUMENT, Path_, Problem, format_path
+
+#: refuse documents that expand (through aliases) to more nodes than this
+MAX_NODES = 200_000
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass
+class LoadedYaml:
+    """A loaded document: ``data``, ``lines`` (path tuple -> 1-based line) and non-fatal ``problems``."""
+
+    file: str
+    data: Any
+    lines: dict[Path_, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def line_of(self, path: Path_) -> int:
+        """Line of ``path``, or of its nearest recorded ancestor (1 for the document)."""
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:end]))
+            if line is not None:
+                return line
+        return 1
+
+
+def load_yaml(path: Path, display: str | None = None) -> LoadedYaml:
+    """Read ``path`` and return its data with line numbers; ``display`` names the file in problems.
+
+    Raises FleetValidationError (with one problem) when the file cannot be used at all.
+    """
+    name = display if display is not None else str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise _fatal(name, 0, "file not found", "check the path to the fleet file") from None
+    except IsADirectoryError:
+        raise _fatal(name, 0, "is a directory, not a file", "pass the fleet file itself") from None
+    except OSError as exc:
+        raise _fatal(name, 0, f"cannot read file ({exc.strerror})", "check its permissions") from None
+    return load_text(raw, name)
+
+
+def load_text(raw: bytes | str, name: str) -> LoadedYaml:
+    """Like :func:`load_yaml` for content already in memory (bytes are decoded as UTF-8)."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise _fatal(
+                name, line, f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", "save the fleet file as UTF-8 YAML"
+            ) from None
+    else:
+        text = raw
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        raise _fatal(name, line, f"YAML syntax error: {problem}", "fix the YAML syntax on this line") from None
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        raise _fatal(
+            name, line, f"character {exc.character!r} is not allowed in YAML", "remove the character"
+        ) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise _fatal(name, 1, f"cannot parse YAML ({type(exc).__name__})", "fix the YAML syntax") from None
+    if root is None:
+        raise _fatal(name, 1, "the file is empty", "start from inventory/example.yml")
+    if not isinstance(root, MappingNode) or root.tag != _MAP_TAG:
+        kind = _kind(root)
+        raise _fatal(
+            name, root.start_mark.line + 1, f"top level is a {kind}, not a mapping",
+            "the fleet file is a mapping with version, hosts and optional ssh, settings, groups",
+        )
+    builder = _Builder(name)
+    try:
+        data = builder.build(root, ())
+    except RecursionError:
+        raise _fatal(name, 1, "the document is nested too deeply", "flatten the structure") from None
+    except _TooLarge:
+        raise _fatal(name, 1, f"the document expands to more than {MAX_NODES} nodes", "remove alias loops") from None
+    loaded = LoadedYaml(name, data, builder.lines, builder.problems)
+    loaded.lines[()] = root.start_mark.line + 1
+    return loaded
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Builder:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lines: dict[Path_, int] = {}
+        self.problems: list[Problem] = []
+        self.constructor = yaml.SafeLoader("")
+        self.count = 0
+        self.active: set[int] = set()
+
+    def problem(self, path: Path_, line: int, problem: str, fix: str) -> None:
+        self.problems.append(Problem(self.name, line, format_path(path), problem, fix))
+
+    def build(self, node: Node, path: Path_) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise _TooLarge
+        if id(node) in self.active:
+            self.problem(path, node.start_mark.line + 1, "recursive YAML alias", "remove the alias loop")
+            return None
+        if isinstance(node, ScalarNode):
+            return self._scalar(node, path)
+        self.active.add(id(node))
+        try:
+            if isinstance(node, SequenceNode):
+                if node.tag != _SEQ_TAG:
+                    self.problem(path, node.start_mark.line + 1, f"unsupported YAML tag {node.tag}", "remove the tag")
+                    return None
+                items = []
+                for index, item in enumerate(node.value):
+                    item_path = (*path, index)
+                    self.lines[item_path] = item.start_mark.line + 1
+                    items.append(self.build(item, item_path))
+                return items
+            assert isinstance(node, MappingNode)
+            if node.tag != _MAP_TAG:
+                self.problem(path, node.start_mark.line + 1, f"unsupported YAML tag {node.tag}", "remove the tag")
+                return None
+            return self._mapping(node, path)
+        finally:
+            self.active.discard(id(node))
+
+    def _scalar(self, node: ScalarNode, path: Path_) -> Any:
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            self.problem(path, node.start_mark.line + 1, f"unsupported YAML tag {node.tag}", "remove the tag")
+            return None
+
+    def _mapping(self, node: MappingNode, path: Path_) -> dict[Any, Any]:
+        first_line: dict[Hashable, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, ScalarNode):
+                continue
+            key = self._scalar(key_node, path)
+            if not isinstance(key, Hashable):
+                continue
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                what = "host" if path == ("hosts",) else "key"
+                self.problem(
+                    (*path, key), line,
+                    f"duplicate {what} {key!r} (first defined on line {first_line[key]}, again on line {line})",
+                    "remove or rename one of them",
+                )
+            else:
+                first_line[key] = line
+        pairs = node.value
+        if any(k.tag == _MERGE_TAG for k, _ in pairs):
+            try:
+                self.constructor.flatten_mapping(node)
+            except yaml.YAMLError:
+                self.problem(path, node.start_mark.line + 1, "invalid YAML merge key (<<)", "merge only mappings")
+                return {}
+            pairs = node.value
+        result: dict[Any, Any] = {}
+        for key_node, value_node in pairs:
+            if not isinstance(key_node, ScalarNode):
+                self.problem(
+                    path, key_node.start_mark.line + 1,
+                    f"a mapping key must be a plain value, not a {_kind(key_node)}", "use a plain name as the key",
+                )
+                continue
+            key = self._scalar(key_node, path)
+            if not isinstance(key, Hashable):
+                continue
+            line = key_node.start_mark.line + 1
+            if key in first_line and first_line[key] != line:
+                # a merged (<<) value that an explicit key overrides, or a duplicate reported above:
+                # the first explicit definition wins
+                continue
+            key_path = (*path, key)
+            self.lines[key_path] = line
+            result[key] = self.build(value_node, key_path)
+        return result
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "mapping"
+    if isinstance(node, SequenceNode):
+        return "list"
+    return "plain value"
+
+
+def _fatal(name: str, line: int, problem: str, fix: str) -> FleetValidationError:
+    return FleetValidationError([Problem(name, line, DOCUMENT, problem, fix)])

@@ -1,0 +1,207 @@
+"""Pydantic v2 models of the fleet file (version 1); field docs live in docs/fleet-file.md.
+
+One :class:`Settings` model serves every layer (fleet, group, host): each field has its schema default,
+a layer is validated alone and dumped with ``exclude_unset`` so only what it sets takes part in the
+merge, and the merged settings are validated again to fill in the defaults. Unknown keys are errors
+(``extra="forbid"``) and types are strict (no ``"22"`` for a port). Cross-field and hardware checks
+are not here but in :mod:`gpuprov.fleet.checks`, because they need the merged settings.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuprov.fleet.types import (
+    Address,
+    AllOrIndexes,
+    AutoOrPositive,
+    Branch,
+    CudaVersion,
+    DriverVersion,
+    FilePath,
+    Fingerprint,
+    GroupName,
+    LibVersion,
+    Name,
+    Port,
+    Secret,
+    Sha256,
+    Url,
+    UrlOrEnv,
+    User,
+)
+
+OsName = Literal["ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12"]
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors, no type coercion."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Gpus(Strict):
+    """Expected GPUs: ``model`` (a row of the matrix), ``count`` per host, ``nvswitch`` baseboard."""
+
+    model: Name | None = None
+    count: PositiveInt | None = None
+    nvswitch: bool = False
+
+
+class Driver(Strict):
+    """NVIDIA driver: ``branch`` ("580" or auto), exact ``version``, module ``flavour`` and install ``method``."""
+
+    branch: Branch = "auto"
+    version: DriverVersion | None = None
+    flavour: Literal["auto", "open", "proprietary"] = "auto"
+    method: Literal["cuda-repo", "distro", "ubuntu-drivers", "runfile"] = "cuda-repo"
+    runfile_url: UrlOrEnv | None = None
+    runfile_sha256: Sha256 | None = None
+
+
+class Cuda(Strict):
+    """CUDA toolkit version (major.minor[.patch]); null installs no toolkit."""
+
+    version: CudaVersion | None = None
+
+
+class Library(Strict):
+    """A CUDA library version (cuDNN, NCCL); null installs none."""
+
+    version: LibVersion | None = None
+
+
+class MigDevices(Strict):
+    """One mig-parted style entry: which GPUs, MIG on or off, and the profile counts."""
+
+    devices: AllOrIndexes = "all"
+    mig_enabled: bool = True
+    mig_devices: dict[Name, PositiveInt] = {}
+
+
+class Mig(Strict):
+    """MIG: ``layout`` names one of ``layouts`` to apply (null leaves MIG alone)."""
+
+    layout: Name | None = None
+    layouts: dict[Name, list[MigDevices]] = {}
+
+
+class Monitoring(Strict):
+    """DCGM, dcgm-exporter and node_exporter."""
+
+    enabled: bool = True
+    dcgm_version: LibVersion | None = None
+    dcgm_exporter_image: Name | None = None
+    node_exporter: bool = True
+
+
+class Proxy(Strict):
+    """HTTP(S) proxy for package and image downloads; URLs with credentials only as ``{env: NAME}``."""
+
+    http: UrlOrEnv | None = None
+    https: UrlOrEnv | None = None
+    no_proxy: list[Name] = []
+
+
+class Mirrors(Strict):
+    """Package mirrors and the fingerprints of their signing keys (air-gapped sites)."""
+
+    cuda_repo_url: UrlOrEnv | None = None
+    cuda_repo_key_fingerprint: Fingerprint | None = None
+    container_toolkit_repo_url: UrlOrEnv | None = None
+    container_toolkit_key_fingerprint: Fingerprint | None = None
+    docker_repo_url: UrlOrEnv | None = None
+    docker_key_fingerprint: Fingerprint | None = None
+
+
+class Reboot(Strict):
+    """Whether gpuprov may reboot hosts, and how many at a time."""
+
+    allowed: bool = False
+    serial: PositiveInt = 1
+
+
+class ImageWorkers(Strict):
+    """Image-processing workers: on/off, which GPUs, queue name and batch size (auto: decided at run time)."""
+
+    enabled: bool = False
+    gpus: AllOrIndexes = "all"
+    queue: Name | None = None
+    batch: AutoOrPositive = "auto"
+
+
+class Settings(Strict):
+    """Settings of one layer (fleet, group or host) or, after the merge, of one host."""
+
+    os: OsName | None = None
+    gpus: Gpus = Gpus()
+    driver: Driver = Driver()
+    cuda: Cuda = Cuda()
+    cudnn: Library = Library()
+    nccl: Library = Library()
+    container_runtime: Literal["docker", "containerd", "none"] = "docker"
+    mig: Mig = Mig()
+    monitoring: Monitoring = Monitoring()
+    proxy: Proxy = Proxy()
+    mirrors: Mirrors = Mirrors()
+    reboot: Reboot = Reboot()
+    psu_watts: PositiveInt | None = None
+    image_workers: ImageWorkers = ImageWorkers()
+
+
+class Ssh(Strict):
+    """Connection defaults for every host."""
+
+    user: User | None = None
+    port: Port = 22
+    key: FilePath | None = None
+    become: bool = True
+    become_password: Secret | None = None
+    known_hosts: FilePath | None = None
+    host_key_checking: bool = True
+
+
+class Group(Strict):
+    """A group of hosts sharing settings."""
+
+    description: str | None = None
+    settings: Settings | None = None
+
+
+class HostEntry(Strict):
+    """One host: how to reach it, its groups (in precedence order, later wins) and its own settings."""
+
+    address: Address
+    port: Port | None = None
+    user: User | None = None
+    key: FilePath | None = None
+    become: bool | None = None
+    become_password: Secret | None = None
+    description: str | None = None
+    groups: list[GroupName] = []
+    settings: Settings | None = None
+
+
+#: top-level keys of a fleet file and whether each is required
+TOP_LEVEL: dict[str, bool] = {
+    "version": True,
+    "name": False,
+    "ssh": False,
+    "settings": False,
+    "groups": False,
+    "hosts": True,
+}
+
+#: unused import guard for types only referenced in annotations of other modules
+__all__ = [
+    "TOP_LEVEL",
+    "Group",
+    "HostEntry",
+    "OsName",
+    "Settings",
+    "Ssh",
+    "Url",
+]

@@ -1,0 +1,256 @@
+"""Constrained value types of the fleet file, each failing with a problem text and a fix.
+
+Validators raise :class:`pydantic_core.PydanticCustomError` of type ``gpuprov`` whose context carries
+``problem`` and ``fix``; :mod:`gpuprov.fleet.errors` prints them as they are.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import PlainValidator
+from pydantic_core import PydanticCustomError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_GROUP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+_FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
+_DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
+#: group names Ansible or gpuprov reserve
+RESERVED_GROUPS = frozenset({"all", "ungrouped", "gpuprov"})
+
+
+def fail(problem: str, fix: str) -> PydanticCustomError:
+    """A validation error with gpuprov's problem/fix pair (raise it from a validator)."""
+    return PydanticCustomError("gpuprov", "{problem}", {"problem": problem, "fix": fix})
+
+
+def _type_name(value: object) -> str:
+    return {dict: "mapping", list: "list", bool: "boolean", int: "number", float: "number", str: "string"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _require_str(value: object, what: str, example: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        raise fail(f"expected {what}, got {_type_name(value)} {value!r}", f"write it as a string, e.g. {example}")
+    if isinstance(value, int | float):
+        raise fail(
+            f"expected {what} as a quoted string, got the number {value!r}",
+            f'quote it: "{value}" (YAML reads 12.10 as 12.1)',
+        )
+    raise fail(f"expected {what}, got a {_type_name(value)}", f"write it as a string, e.g. {example}")
+
+
+#: a value taken from the controller's environment at run time, ``{"env": NAME}``; never stored
+EnvRef = dict[str, str]
+
+
+def is_env_ref(value: object) -> bool:
+    """True for an ``{env: NAME}`` reference (as validated by the schema)."""
+    return isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str)
+
+
+def _env_ref(value: object) -> EnvRef:
+    if isinstance(value, dict) and set(value) == {"env"}:
+        name = value["env"]
+        if isinstance(name, str) and _ENV_NAME.match(name):
+            return {"env": name}
+        raise fail(f"{name!r} is not an environment variable name",
+                   "use letters, digits and _, e.g. {env: PROXY_URL}")
+    raise fail(
+        f"expected an environment reference {{env: NAME}}, got {_type_name(value)}",
+        "write it as {env: NAME} and export NAME before running gpuprov",
+    )
+
+
+def _secret(value: object) -> EnvRef:
+    if isinstance(value, str):
+        raise fail(
+            "a literal credential is not allowed in the fleet file",
+            "use {env: NAME} and export NAME before running gpuprov",
+        )
+    return _env_ref(value)
+
+
+def check_url(value: object) -> str:
+    """An http(s) URL with a host and no embedded credentials."""
+    text = _require_str(value, "a URL", '"http://proxy.example.com:3128"')
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise fail(f"{text!r} is not a valid URL", "write scheme://host[:port][/path]") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise fail(f"{text!r} is not an http(s) URL", "write http://host[:port][/path] or https://...")
+    if parts.username is not None or parts.password is not None:
+        raise fail(
+            "the URL contains credentials (user:password@)",
+            "put the whole URL in an environment variable and write {env: NAME}",
+        )
+    return text
+
+
+def _url_or_env(value: object) -> str | EnvRef:
+    if isinstance(value, dict):
+        return _env_ref(value)
+    return check_url(value)
+
+
+def _check_address(value: object) -> str:
+    text = _require_str(value, "an IP address or DNS name", "10.0.0.11 or gpu01.example.com")
+    if text.startswith("[") and text.endswith("]"):
+        raise fail(f"{text!r} has brackets", f"write the IPv6 address without brackets: {text[1:-1]}")
+    if ":" in text:
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            raise fail(f"{text!r} is not a valid IPv6 address", "check the address; put a port in `port:`") from None
+        return text
+    labels = text.rstrip(".").split(".")
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(text)
+        except ValueError:
+            raise fail(f"{text!r} is not a valid IPv4 address", "use four numbers 0-255, e.g. 10.0.0.11") from None
+        return text
+    if len(text) > 253 or not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
+        raise fail(
+            f"{text!r} is not a valid host name (RFC 1123)",
+            "use letters, digits and - in dot-separated labels of at most 63 characters",
+        )
+    return text
+
+
+def _check_port(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.isdigit():
+            raise fail(f"expected a port number, got the string {value!r}", f"write it without quotes: {value}")
+        raise fail(f"expected a port number, got {_type_name(value)} {value!r}", "write a number 1-65535, e.g. 22")
+    if not 1 <= value <= 65535:
+        raise fail(f"port {value} is out of range", "use a port number from 1 to 65535")
+    return value
+
+
+def check_host_name(value: object) -> str:
+    text = _require_str(value, "a host name", "gpu01")
+    if not _HOST_NAME.match(text):
+        raise fail(f"{text!r} is not a valid inventory host name", "use letters, digits, _, . and -")
+    return text
+
+
+def check_group_name(value: object) -> str:
+    text = _require_str(value, "a group name", "a100")
+    if not _GROUP_NAME.match(text):
+        raise fail(f"{text!r} is not a valid group name",
+                   "use lower-case letters, digits and _, starting with a letter")
+    if text in RESERVED_GROUPS:
+        raise fail(f"group name {text!r} is reserved", "choose another name")
+    return text
+
+
+def _version(pattern: str, what: str, example: str) -> Any:
+    regex = re.compile(pattern)
+
+    def check(value: object) -> str:
+        text = _require_str(value, what, f'"{example}"')
+        if not regex.match(text):
+            raise fail(f"{text!r} is not a valid {what}", f'write it like "{example}"')
+        return text
+
+    return check
+
+
+def _check_branch(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = _require_str(value, "a driver branch", '"580"')
+    if text != "auto" and not re.fullmatch(r"\d{3}", text):
+        raise fail(f"{text!r} is not a driver branch", 'write three digits like "580", or auto')
+    return text
+
+
+def _check_driver_version(value: object) -> str:
+    text = _require_str(value, "a driver version", '"580.95.05"')
+    if not _DRIVER_VERSION.match(text):
+        raise fail(f"{text!r} is not a driver version", 'write it like "580.95.05"')
+    return text
+
+
+def _check_sha256(value: object) -> str:
+    text = _require_str(value, "a SHA-256 checksum", "64 hex digits")
+    if not _SHA256.match(text):
+        raise fail("not a SHA-256 checksum", "give the 64 hex digits from `sha256sum` of the runfile")
+    return text.lower()
+
+
+def _check_fingerprint(value: object) -> str:
+    text = _require_str(value, "a key fingerprint", "40 hex digits")
+    normal = text.replace(" ", "").upper()
+    if not _FINGERPRINT.match(normal):
+        raise fail("not an OpenPGP key fingerprint", "give the 40 hex digits from `gpg --show-keys <key>`")
+    return normal
+
+
+def _all_or_indexes(value: object) -> str | list[int]:
+    if value == "all":
+        return "all"
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return list(value)
+    raise fail(f"expected all or a list of GPU indexes, got {value!r}", "write all or a list such as [0, 1]")
+
+
+def _auto_or_positive(value: object) -> str | int:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise fail(f"expected auto or a positive number, got {value!r}", "write auto or a number such as 16")
+
+
+def _check_name(value: object) -> str:
+    text = _require_str(value, "a name", "default")
+    if not text.strip():
+        raise fail("the value is empty", "give a non-empty string")
+    return text
+
+
+def _check_path(value: object) -> str:
+    text = _require_str(value, "a file path", "~/.ssh/id_ed25519")
+    if not text.strip() or "\n" in text:
+        raise fail("not a usable file path", "give a path such as ~/.ssh/id_ed25519")
+    return text
+
+
+def _check_user(value: object) -> str:
+    text = _require_str(value, "a user name", "admin")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", text):
+        raise fail(f"{text!r} is not a valid user name", "use letters, digits, _, . and -")
+    return text
+
+
+Url = Annotated[str, PlainValidator(check_url)]
+UrlOrEnv = Annotated[str | EnvRef, PlainValidator(_url_or_env)]
+Secret = Annotated[EnvRef, PlainValidator(_secret)]
+Address = Annotated[str, PlainValidator(_check_address)]
+Port = Annotated[int, PlainValidator(_check_port)]
+HostName = Annotated[str, PlainValidator(check_host_name)]
+GroupName = Annotated[str, PlainValidator(check_group_name)]
+Branch = Annotated[str, PlainValidator(_check_branch)]
+DriverVersion = Annotated[str, PlainValidator(_check_driver_version)]
+CudaVersion = Annotated[str, PlainValidator(_version(r"^\d{2}\.\d{1,2}(\.\d{1,3})?$", "CUDA version", "12.4"))]
+LibVersion = Annotated[str, PlainValidator(_version(r"^\d+\.\d+\.\d+(\.\d+)?$", "library version", "9.1.0"))]
+Sha256 = Annotated[str, PlainValidator(_check_sha256)]
+Fingerprint = Annotated[str, PlainValidator(_check_fingerprint)]
+Name = Annotated[str, PlainValidator(_check_name)]
+FilePath = Annotated[str, PlainValidator(_check_path)]
+User = Annotated[str, PlainValidator(_check_user)]
+AllOrIndexes = Annotated[str | list[int], PlainValidator(_all_or_indexes)]
+AutoOrPositive = Annotated[str | int, PlainValidator(_auto_or_positive)]

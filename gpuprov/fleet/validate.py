@@ -1,0 +1,249 @@
+"""Validate a loaded fleet file part by part and build the :class:`~gpuprov.fleet.model.Fleet`.
+
+Each part (top-level keys, ``ssh``, fleet settings, every group, every host) is validated on its own so
+that one bad host does not hide the problems of the others; then every host whose layers are valid
+gets its merged settings checked (:mod:`gpuprov.fleet.checks`). All problems are collected and raised
+together as one :class:`~gpuprov.exceptions.FleetValidationError`, sorted by line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
+
+from gpuprov.exceptions import FleetValidationError
+from gpuprov.fleet.checks import HostCheck, check_host
+from gpuprov.fleet.errors import describe, problems_from, suggest_fix
+from gpuprov.fleet.loader import LoadedYaml, load_yaml
+from gpuprov.fleet.merge import Layer, merge_layers, origin_of
+from gpuprov.fleet.model import Connection, Fleet, Host
+from gpuprov.fleet.problem import Path_, Problem, format_path
+from gpuprov.fleet.schema import TOP_LEVEL, Group, HostEntry, Settings, Ssh
+from gpuprov.fleet.types import check_group_name, check_host_name
+from gpuprov.matrix import Matrix, load_matrix
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+_REQUIRED_AFTER_MERGE: tuple[tuple[Path_, str], ...] = (
+    (("os",), "os: ubuntu2204"),
+    (("gpus", "model"), "gpus: {model: H100-SXM5-80GB}"),
+    (("gpus", "count"), "gpus: {count: 8}"),
+)
+
+
+def load_fleet(path: Path) -> Fleet:
+    """Load, validate and resolve the fleet file at ``path``.
+
+    Raises :class:`~gpuprov.exceptions.FleetValidationError` listing every problem found (exit 2).
+    """
+    loaded = load_yaml(path)
+    return validate_loaded(loaded, path)
+
+
+def validate_loaded(loaded: LoadedYaml, source: Path) -> Fleet:
+    """Validate an already loaded document; ``source`` is recorded in the Fleet."""
+    validator = _Validator(loaded, load_matrix())
+    fleet = validator.run(source)
+    if validator.problems:
+        ordered: list[Problem] = sorted(validator.problems, key=_order)
+        raise FleetValidationError(list[object](ordered))
+    assert fleet is not None
+    log.debug("fleet %s: %d hosts, %d groups", source, len(fleet.hosts), len(fleet.groups))
+    return fleet
+
+
+def _order(problem: Problem) -> tuple[int, str, str]:
+    return problem.line, problem.path, problem.problem
+
+
+class _Validator:
+    def __init__(self, loaded: LoadedYaml, matrix: Matrix) -> None:
+        self.loaded = loaded
+        self.file = loaded.file
+        self.matrix = matrix
+        self.problems: list[Problem] = list(loaded.problems)
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def fail(self, path: Path_, problem: str, fix: str, line: int | None = None) -> None:
+        line = self.loaded.line_of(path) if line is None else line
+        self.problems.append(Problem(self.file, line, format_path(path), problem, fix))
+
+    def locate(self, path: Path_) -> tuple[Path_, int]:
+        return path, self.loaded.line_of(path)
+
+    def model(self, cls: type[M], value: Any, prefix: Path_) -> M | None:
+        try:
+            return cls.model_validate({} if value is None else value)
+        except ValidationError as exc:
+            self.problems.extend(problems_from(exc, cls, prefix, self.file, self.locate))
+            return None
+
+    def layer(self, settings: Settings | None) -> dict[str, Any]:
+        return {} if settings is None else settings.model_dump(mode="json", exclude_unset=True)
+
+    def named(self, check: Callable[[object], str], key: object, path: Path_) -> bool:
+        try:
+            check(key)
+        except PydanticCustomError as exc:
+            ctx = exc.context or {}
+            self.fail(path, str(ctx.get("problem", exc.message())), str(ctx.get("fix", "rename it")))
+            return False
+        return True
+
+    def mapping(self, data: dict[Any, Any], key: str) -> dict[Any, Any] | None:
+        value = data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail((key,), f"expected a mapping of {key}, got {describe(value)}",
+                      f"write one `name:` entry per {key[:-1]} under {key}:")
+            return None
+        return value
+
+    # -- the run ------------------------------------------------------------------------------------
+    def run(self, source: Path) -> Fleet | None:
+        data: dict[Any, Any] = self.loaded.data
+        for key in data:
+            if key not in TOP_LEVEL:
+                self.fail((key,), f"unknown key {key!r}", suggest_fix(key, list(TOP_LEVEL), "one of the known keys"))
+        for key, required in TOP_LEVEL.items():
+            if required and key not in data:
+                self.fail((key,), f"required key {key!r} is missing", f"add `{key}:` at the top level",
+                          line=self.loaded.lines.get((), 1))
+        version = data.get("version")
+        if "version" in data and (version != 1 or isinstance(version, bool)):
+            self.fail(("version",), f"unsupported fleet file version {describe(version)}",
+                      "this gpuprov reads `version: 1`")
+        name = data.get("name")
+        if name is not None and not isinstance(name, str):
+            self.fail(("name",), f"expected a string, got {describe(name)}", "write the fleet name as a string")
+        ssh = self.model(Ssh, data.get("ssh"), ("ssh",))
+        fleet_settings = self.model(Settings, data.get("settings"), ("settings",))
+        fleet_ok = fleet_settings is not None or data.get("settings") is None
+        groups = self.groups(data)
+        hosts = self.hosts(data, groups)
+        if not fleet_ok or groups is None or hosts is None:
+            return None
+        ssh = ssh or Ssh()  # a bad ssh section is already reported; keep checking the hosts
+        fleet = Fleet(
+            source=source,
+            version=1,
+            name=name if isinstance(name, str) else None,
+            defaults=Settings().model_dump(mode="json"),
+            settings=self.layer(fleet_settings),
+            groups={g: self.layer(group.settings) for g, group in groups.items() if group is not None},
+        )
+        bad_groups = {g for g, group in groups.items() if group is None}
+        for host_name, entry in hosts.items():
+            if entry is None or bad_groups & set(entry.groups) or not set(entry.groups) <= set(groups):
+                continue
+            host = self.host(fleet, host_name, entry, ssh)
+            if host is not None:
+                fleet.hosts[host_name] = host
+        return fleet
+
+    def groups(self, data: dict[Any, Any]) -> dict[str, Group | None] | None:
+        raw = self.mapping(data, "groups")
+        if raw is None:
+            return None
+        out: dict[str, Group | None] = {}
+        for name, value in raw.items():
+            if self.named(check_group_name, name, ("groups", name)):
+                out[name] = self.model(Group, value, ("groups", name))
+        return out
+
+    def hosts(self, data: dict[Any, Any], groups: dict[str, Group | None] | None) -> dict[str, HostEntry | None] | None:
+        raw = self.mapping(data, "hosts")
+        if raw is None:
+            return None
+        if not raw and "hosts" in data:
+            self.fail(("hosts",), "the fleet has no hosts", "add at least one host under hosts:")
+        out: dict[str, HostEntry | None] = {}
+        seen: dict[tuple[str, int], str] = {}
+        default_port = data.get("ssh", {}).get("port", 22) if isinstance(data.get("ssh"), dict) else 22
+        for name, value in raw.items():
+            if not self.named(check_host_name, name, ("hosts", name)):
+                continue
+            entry = out[name] = self.model(HostEntry, value, ("hosts", name))
+            if entry is None:
+                continue
+            for index, group in enumerate(entry.groups):
+                if groups is not None and group not in groups:
+                    self.fail(("hosts", name, "groups", index), f"unknown group {group!r}",
+                              suggest_fix(group, list(groups), "a group defined under groups:"))
+                if group in entry.groups[:index]:
+                    self.fail(("hosts", name, "groups", index), f"group {group!r} is listed twice", "list it once")
+            port = entry.port if entry.port is not None else default_port
+            key = (entry.address.lower(), port if isinstance(port, int) else 22)
+            if key in seen:
+                first = seen[key]
+                self.fail(("hosts", name, "address"),
+                          f"{entry.address}:{key[1]} is also used by host {first!r} (line "
+                          f"{self.loaded.line_of(('hosts', first))})", "give each host its own address or port")
+            else:
+                seen[key] = name
+        return out
+
+    def host(self, fleet: Fleet, name: str, entry: HostEntry, ssh: Ssh) -> Host | None:
+        host_line = self.loaded.line_of(("hosts", name))
+        own = self.layer(entry.settings)
+        layers: list[Layer] = [(("settings",), fleet.settings)]
+        layers += [(("groups", g, "settings"), fleet.groups[g]) for g in entry.groups]
+        layers.append((("hosts", name, "settings"), own))
+        merged, origins = merge_layers(layers)
+
+        def locate(path: Path_) -> tuple[Path_, int]:
+            origin = origin_of(origins, path[3:])
+            return (origin, self.loaded.line_of(origin)) if origin else (path, host_line)
+
+        try:
+            effective = Settings.model_validate(merged)
+        except ValidationError as exc:
+            self.problems.extend(problems_from(exc, Settings, ("hosts", name, "settings"), self.file, locate))
+            return None
+        settings = effective.model_dump(mode="json")
+        missing = False
+        for path, example in _REQUIRED_AFTER_MERGE:
+            section = settings
+            for key in path:
+                section = section[key] if isinstance(section, dict) else None
+            if section is None:
+                missing = True
+                self.fail(("hosts", name, "settings", *path),
+                          f"host {name} has no {format_path(path)} in the fleet, its groups or its own settings",
+                          f"set `{example}` in settings, a group of this host, or the host", line=host_line)
+        if missing:
+            return None
+        ctx = HostCheck(name, self.file, host_line, origins, self.loaded.line_of)
+        check_host(ctx, settings, self.matrix)
+        self.problems.extend(ctx.problems)
+        return Host(
+            name=name,
+            line=host_line,
+            connection=_connection(entry, ssh),
+            groups=tuple(entry.groups),
+            layer=own,
+            settings=settings,
+            resolutions=tuple(ctx.resolutions),
+            notes=tuple(ctx.notes),
+            description=entry.description,
+        )
+
+
+def _connection(entry: HostEntry, ssh: Ssh) -> Connection:
+    secret = entry.become_password or ssh.become_password
+    return Connection(
+        address=entry.address,
+        port=entry.port if entry.port is not None else ssh.port,
+        user=entry.user if entry.user is not None else ssh.user,
+        key=entry.key if entry.key is not None else ssh.key,
+        become=entry.become if entry.become is not None else ssh.become,
+        become_password_env=secret["env"] if secret else None,
+        known_hosts=ssh.known_hosts,
+        host_key_checking=ssh.host_key_checking,
+    )

@@ -1,0 +1,340 @@
+"""NVIDIA compatibility matrix: typed, cached queries over ``gpuprov/data/matrix.yml``.
+
+The numbers live in the YAML file, one row per CUDA toolkit, cuDNN release, NCCL release, GPU model,
+driver branch and OS, each citing the NVIDIA page it comes from (``source``) and whether it was checked
+against that page (``verified``). :func:`load_matrix` parses the file once per process (cached), so
+validating a 100-host fleet costs one parse.
+
+Versions are strings: drivers ``"550.54.14"`` (branch ``"550"``), CUDA ``"12.4"``; cuDNN and NCCL rows
+match a requested version on ``major.minor``. Malformed data raises :class:`MatrixError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+from gpuprov.exceptions import GpuprovError
+
+OpenModules = Literal["unsupported", "supported", "required"]
+INSTALL_METHODS = ("cuda-repo", "distro", "ubuntu-drivers", "runfile")
+_Row = TypeVar("_Row")
+
+
+class MatrixError(GpuprovError):
+    """The packaged matrix file is missing or malformed (a gpuprov bug, not a user error). Exit 4."""
+
+    exit_code = 4
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Turn ``"535.104.05"`` into ``(535, 104, 5)`` for ordering; non-numeric parts count as 0."""
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def major_minor(version: str) -> str:
+    """``"12.4.1"`` -> ``"12.4"``; ``"12"`` stays ``"12"``."""
+    return ".".join(version.split(".")[:2])
+
+
+def branch_of(driver_version: str) -> str:
+    """Branch of a driver version: ``"535.104.05"`` -> ``"535"``."""
+    return driver_version.split(".", maxsplit=1)[0]
+
+
+def model_key(model: str) -> str:
+    """Normalised GPU model name for lookups: case, spaces, ``-`` and ``_`` ignored (``rtx 3090`` = ``RTX-3090``)."""
+    return re.sub(r"[\s_-]", "", model).upper()
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    """A CUDA toolkit: the Linux driver it shipped with (``driver``) and that driver's ``branch``."""
+
+    version: str
+    driver: str
+    branch: str
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class CudnnBuild:
+    """One cuDNN build: CUDA major, supported CUDA minors (``"12.4"``) and minimum Linux driver."""
+
+    cuda_major: int
+    cuda: tuple[str, ...]
+    min_driver: str
+
+
+@dataclass(frozen=True)
+class CudnnRelease:
+    """A cuDNN release and its builds, newest CUDA major first."""
+
+    version: str
+    builds: tuple[CudnnBuild, ...]
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class NcclRelease:
+    """An NCCL release and the CUDA versions its packages are built for."""
+
+    version: str
+    cuda: tuple[str, ...]
+    verified: bool
+    source: str
+
+    @property
+    def cuda_majors(self) -> frozenset[int]:
+        """CUDA majors this release has a build for."""
+        return frozenset(int(v.split(".")[0]) for v in self.cuda)
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A GPU model: architecture, driver/CUDA range, open-module policy, MIG and NVSwitch capability."""
+
+    model: str
+    architecture: str
+    compute_capability: str
+    segment: str
+    min_branch: str
+    max_branch: str | None
+    min_cuda: str
+    max_cuda: str | None
+    open_modules: OpenModules
+    mig: bool
+    nvswitch_capable: bool
+    tdp_watts: int
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class DriverBranch:
+    """A driver branch and its kind (``ltsb``, ``production`` or ``feature``)."""
+
+    branch: str
+    kind: str
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class OsEntry:
+    """What NVIDIA's repository carries for one OS and which methods can install Fabric Manager."""
+
+    name: str
+    family: str
+    cuda_repo_branches: tuple[str, ...]
+    cuda_first: str
+    cuda_last: str
+    distro_branches: tuple[str, ...] | None
+    fabric_manager: tuple[str, ...]
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The whole matrix with typed queries; build it with :func:`load_matrix`."""
+
+    minor_compat_floor: dict[str, str]
+    branches: dict[str, DriverBranch]
+    open_first_branch: str
+    open_default_branch: str
+    cuda: dict[str, CudaRelease]
+    cudnn: dict[str, CudnnRelease]
+    nccl: dict[str, NcclRelease]
+    gpus: dict[str, GpuModel]
+    os: dict[str, OsEntry]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+    _gpu_keys: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def gpu(self, model: str) -> GpuModel | None:
+        """The GPU row for ``model`` (spelling-tolerant, see :func:`model_key`), or None."""
+        name = self._gpu_keys.get(model_key(model))
+        return self.gpus[name] if name else None
+
+    def cuda_release(self, version: str) -> CudaRelease | None:
+        """The CUDA row for ``version`` (matched on major.minor), or None."""
+        return self.cuda.get(major_minor(version))
+
+    def cudnn_release(self, version: str) -> CudnnRelease | None:
+        """The cuDNN row whose major.minor equals ``version``'s, or None."""
+        return _by_major_minor(self.cudnn, version)
+
+    def nccl_release(self, version: str) -> NcclRelease | None:
+        """The NCCL row whose major.minor equals ``version``'s, or None."""
+        return _by_major_minor(self.nccl, version)
+
+    # -- driver / CUDA ---------------------------------------------------------------------------
+    def toolkit_driver(self, cuda: str) -> str | None:
+        """Driver version CUDA ``cuda`` shipped with (full compatibility), or None when unknown."""
+        release = self.cuda_release(cuda)
+        return release.driver if release else None
+
+    def min_driver(self, cuda: str) -> str | None:
+        """Lowest driver that runs CUDA ``cuda`` at all (minor-version compatibility floor), or None."""
+        release = self.cuda_release(cuda)
+        if release is None:
+            return None
+        floor = self.minor_compat_floor.get(cuda.split(".", maxsplit=1)[0])
+        if floor is None or version_key(release.driver) < version_key(floor):
+            return release.driver
+        return floor
+
+    def branch_supports_cuda(self, branch: str, cuda: str) -> bool:
+        """True when driver branch ``branch`` can run CUDA ``cuda`` (at least under minor compatibility)."""
+        minimum = self.min_driver(cuda)
+        return minimum is not None and int(branch) >= int(branch_of(minimum))
+
+    # -- open kernel modules -----------------------------------------------------------------------
+    def open_module_policy(self, model: str) -> OpenModules | None:
+        """``unsupported``/``supported``/``required`` for ``model``'s architecture, or None if unknown."""
+        gpu = self.gpu(model)
+        return gpu.open_modules if gpu else None
+
+    # -- libraries ---------------------------------------------------------------------------------
+    def cudnn_build(self, cudnn: str, cuda: str) -> CudnnBuild | None:
+        """The build of cuDNN ``cudnn`` that supports CUDA ``cuda`` (major.minor listed), or None."""
+        release = self.cudnn_release(cudnn)
+        if release is None:
+            return None
+        wanted = major_minor(cuda)
+        return next((b for b in release.builds if wanted in b.cuda), None)
+
+    def nccl_supports(self, nccl: str, cuda: str) -> bool:
+        """True when NCCL ``nccl`` has a build for ``cuda``'s major version."""
+        release = self.nccl_release(nccl)
+        return release is not None and int(cuda.split(".", maxsplit=1)[0]) in release.cuda_majors
+
+    # -- OS availability ---------------------------------------------------------------------------
+    def os_has_branch(self, os_name: str, branch: str, method: str = "cuda-repo") -> bool | None:
+        """Whether ``method`` can install ``branch`` on ``os_name``; None when the matrix does not know."""
+        entry = self.os.get(os_name)
+        if entry is None:
+            return None
+        if method == "cuda-repo":
+            return branch in entry.cuda_repo_branches
+        if method == "distro" and entry.distro_branches is not None:
+            return branch in entry.distro_branches
+        return None
+
+    def os_has_cuda(self, os_name: str, cuda: str) -> bool:
+        """Whether NVIDIA's repository publishes CUDA ``cuda`` for ``os_name``."""
+        entry = self.os.get(os_name)
+        if entry is None:
+            return False
+        key = version_key(major_minor(cuda))
+        return version_key(entry.cuda_first) <= key <= version_key(entry.cuda_last)
+
+    def fabric_manager_available(self, os_name: str, method: str) -> bool:
+        """Whether gpuprov can install a matching Fabric Manager on ``os_name`` with driver ``method``."""
+        entry = self.os.get(os_name)
+        return entry is not None and method in entry.fabric_manager
+
+    def branches_sorted(self) -> list[str]:
+        """Known driver branches, oldest first."""
+        return sorted(self.branches, key=int)
+
+
+def _by_major_minor(table: dict[str, _Row], version: str) -> _Row | None:
+    wanted = major_minor(version)
+    for key, row in table.items():
+        if major_minor(key) == wanted:
+            return row
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def load_matrix() -> Matrix:
+    """Parse the packaged ``gpuprov/data/matrix.yml`` once per process and return the typed matrix.
+
+    Raises :class:`MatrixError` when the file is missing or a row lacks a field.
+    """
+    try:
+        text = resources.files("gpuprov").joinpath("data/matrix.yml").read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
+        return _build(raw)
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise MatrixError(f"cannot read the packaged compatibility matrix: {exc!r}") from exc
+
+
+def _build(raw: dict[str, Any]) -> Matrix:
+    gpus = {
+        row["model"]: GpuModel(
+            model=row["model"],
+            architecture=row["architecture"],
+            compute_capability=str(row["compute_capability"]),
+            segment=row["segment"],
+            min_branch=str(row["min_branch"]),
+            max_branch=None if row["max_branch"] is None else str(row["max_branch"]),
+            min_cuda=str(row["min_cuda"]),
+            max_cuda=None if row["max_cuda"] is None else str(row["max_cuda"]),
+            open_modules=row["open_modules"],
+            mig=bool(row["mig"]),
+            nvswitch_capable=bool(row["nvswitch_capable"]),
+            tdp_watts=int(row["tdp_watts"]),
+            verified=bool(row["verified"]),
+            source=row["source"],
+        )
+        for row in raw["gpus"]
+    }
+    os_entries = {
+        name: OsEntry(
+            name=name,
+            family=row["family"],
+            cuda_repo_branches=tuple(row["cuda_repo_branches"]),
+            cuda_first=row["cuda"]["first"],
+            cuda_last=row["cuda"]["last"],
+            distro_branches=None if row["distro_branches"] is None else tuple(row["distro_branches"]),
+            fabric_manager=tuple(row["fabric_manager"]),
+            verified=bool(row["verified"]),
+            source=row["source"],
+        )
+        for name, row in raw["os"].items()
+    }
+    return Matrix(
+        minor_compat_floor={str(k): str(v) for k, v in raw["minor_compat_floor"].items()},
+        branches={
+            row["branch"]: DriverBranch(row["branch"], row["kind"], bool(row["verified"]), row["source"])
+            for row in raw["driver_branches"]
+        },
+        open_first_branch=str(raw["open_modules"]["first_branch"]),
+        open_default_branch=str(raw["open_modules"]["default_branch"]),
+        cuda={
+            row["version"]: CudaRelease(
+                row["version"], row["driver"], row["branch"], bool(row["verified"]), row["source"]
+            )
+            for row in raw["cuda"]
+        },
+        cudnn={
+            row["version"]: CudnnRelease(
+                version=row["version"],
+                builds=tuple(
+                    CudnnBuild(int(b["cuda_major"]), tuple(b["cuda"]), str(b["min_driver"]))
+                    for b in row["builds"]
+                ),
+                verified=bool(row["verified"]),
+                source=row["source"],
+            )
+            for row in raw["cudnn"]
+        },
+        nccl={
+            row["version"]: NcclRelease(row["version"], tuple(row["cuda"]), bool(row["verified"]), row["source"])
+            for row in raw["nccl"]
+        },
+        gpus=gpus,
+        os=os_entries,
+        raw=raw,
+        _gpu_keys={model_key(name): name for name in gpus},
+    )

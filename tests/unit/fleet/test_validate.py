@@ -1,0 +1,186 @@
+"""Tests for gpuprov.fleet.validate: every bad file fails on the named fields and lines, good files
+pass with the expected resolutions, and no input raises anything but FleetValidationError."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuprov.exceptions import FleetValidationError
+from gpuprov.fleet import Fleet, load_fleet
+from gpuprov.fleet.loader import load_text
+from gpuprov.fleet.validate import validate_loaded
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+BAD = sorted((DATA / "bad").glob("*.yml"))
+GOOD = sorted((DATA / "good").glob("*.yml"))
+EXAMPLE = Path(__file__).resolve().parents[3] / "inventory" / "example.yml"
+
+
+def expectations(path: Path) -> dict[str, int]:
+    """Expected field -> line, from the `# expect:` first line and the `# <- field` markers."""
+    lines = path.read_bytes().split(b"\n")
+    fields = lines[0].decode().removeprefix("# expect:").split("#")[0].split()
+    found: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        for marker in re.findall(rb"# <- (\S+)", raw):
+            found.setdefault(marker.decode(), number)
+    missing = [f for f in fields if f not in found]
+    assert not missing, f"{path.name}: no `# <- field` marker for {missing}"
+    return {f: found[f] for f in fields}
+
+
+def test_there_are_enough_bad_files() -> None:
+    assert len(BAD) >= 30
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_bad_file_reports_each_expected_field_on_its_line(path: Path) -> None:
+    with pytest.raises(FleetValidationError) as info:
+        load_fleet(path)
+    got = {(p.path, p.line) for p in info.value.problems}
+    for field, line in expectations(path).items():
+        assert (field, line) in got, f"{path.name}: want {field} at line {line}, got {sorted(got)}"
+    for problem in info.value.problems:
+        assert str(problem).startswith(f"{path}:{problem.line}: {problem.path}: ")
+        assert " - " in str(problem)
+
+
+@pytest.mark.parametrize("path", [*GOOD, EXAMPLE], ids=lambda p: p.name)
+def test_good_files_validate(path: Path) -> None:
+    fleet = load_fleet(path)
+    assert fleet.hosts
+    for host in fleet.hosts.values():
+        assert host.settings["driver"]["branch"] != "auto"
+        assert host.settings["driver"]["flavour"] in ("open", "proprietary")
+
+
+def _fleet(text: str) -> Fleet:
+    return validate_loaded(load_text(text, "t.yml"), Path("t.yml"))
+
+
+BASE = "version: 1\nsettings: {os: ubuntu2204, gpus: {model: %s, count: 8}}\nhosts:\n  h: {address: 10.0.0.1%s}\n"
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "flavour"),
+    [
+        ("V100-SXM2-32GB", "", "proprietary"),
+        ("B200", "", "open"),
+        ("A100-SXM4-80GB", ', settings: {driver: {branch: "535"}}', "open"),
+        ("RTX-3090", ', settings: {driver: {branch: "535"}}', "proprietary"),
+        ("RTX-3090", "", "open"),
+    ],
+)
+def test_flavour_auto_resolution(model: str, extra: str, flavour: str) -> None:
+    host = _fleet(BASE % (model, extra)).hosts["h"]
+    assert host.settings["driver"]["flavour"] == flavour
+    [reason] = [r.reason for r in host.resolutions if r.field == "driver.flavour"]
+    assert reason
+
+
+def test_auto_branch_respects_os_and_cuda() -> None:
+    text = BASE.replace("ubuntu2204", "ubuntu2004") % ("A100-SXM4-80GB", "")
+    text = text.replace("count: 8}", "count: 8}, cuda: {version: \"12.4\"}")
+    host = _fleet(text).hosts["h"]
+    assert host.settings["driver"]["branch"] == "570"  # 580 is not published for 20.04
+    assert host.settings["gpus"]["count"] == 8
+
+
+def test_minor_compat_is_a_note_not_an_error() -> None:
+    text = (BASE % ("L4", ', settings: {driver: {branch: "535"}}')).replace(
+        "count: 8}", 'count: 8}, cuda: {version: "12.4"}')
+    host = _fleet(text).hosts["h"]
+    assert any("minor-version compatibility" in n for n in host.notes)
+
+
+def test_connection_uses_ssh_defaults_and_env_password() -> None:
+    fleet = _fleet("version: 1\nssh: {user: ops, port: 2200, become_password: {env: PW}}\n"
+                   "settings: {os: debian12, gpus: {model: L40S, count: 4}}\n"
+                   "hosts:\n  a: {address: a.example.com}\n  b: {address: b.example.com, port: 22, user: root}\n")
+    a, b = fleet.hosts["a"].connection, fleet.hosts["b"].connection
+    assert (a.port, a.user, a.become_password_env) == (2200, "ops", "PW")
+    assert (b.port, b.user) == (22, "root")
+
+
+def test_hundred_hosts_validate_fast(tmp_path: Path) -> None:
+    hosts = {f"gpu{i:03d}": {"address": f"10.0.{i // 200}.{i % 200 + 1}", "groups": ["hgx"]} for i in range(100)}
+    doc = {"version": 1, "settings": {"os": "ubuntu2204", "cuda": {"version": "12.8"}},
+           "groups": {"hgx": {"settings": {"gpus": {"model": "H200", "count": 8, "nvswitch": True}}}},
+           "hosts": hosts}
+    path = tmp_path / "big.yml"
+    path.write_text(yaml.safe_dump(doc))
+    load_fleet(path)  # warm the matrix cache and imports
+    start = time.perf_counter()
+    fleet = load_fleet(path)
+    elapsed = time.perf_counter() - start
+    assert len(fleet.hosts) == 100
+    assert elapsed < 0.5, f"validating 100 hosts took {elapsed:.2f}s"
+
+
+# -- property tests: any input yields a Fleet or FleetValidationError, nothing else ------------------
+VALID: dict[str, Any] = yaml.safe_load((DATA / "good" / "mixed_generations.yml").read_text())
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 70000), st.floats(allow_nan=False),
+                    st.text(max_size=12), st.sampled_from(["auto", "open", "12.4", "580", "all", "H100-PCIe"]))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=8)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out += _paths(value, (*prefix, index))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> Any:
+    doc = yaml.safe_load(yaml.safe_dump(VALID))
+    for _ in range(draw(st.integers(1, 4))):
+        paths = [p for p in _paths(doc) if p]
+        if not paths or not isinstance(doc, dict):
+            break
+        path = draw(st.sampled_from(paths))
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "replace":
+            parent[path[-1]] = draw(values)
+        elif action == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif isinstance(parent, dict):
+            parent[draw(st.text(max_size=10))] = draw(values)
+    return doc
+
+
+def _check(text: str | bytes) -> None:
+    try:
+        validate_loaded(load_text(text, "h.yml"), Path("h.yml"))
+    except FleetValidationError as exc:
+        assert exc.problems
+        for problem in exc.problems:
+            assert str(problem).startswith("h.yml:")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutations_of_a_valid_file_never_crash(doc: Any) -> None:
+    _check(yaml.safe_dump(doc, allow_unicode=True))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(values, st.text(max_size=200), st.binary(max_size=200)))
+def test_random_documents_never_crash(value: Any) -> None:
+    _check(value if isinstance(value, str | bytes) else yaml.safe_dump(value, allow_unicode=True))

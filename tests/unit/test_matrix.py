@@ -1,0 +1,86 @@
+"""Tests for gpuprov.matrix: the data file's shape and the typed queries validate relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprov.matrix import branch_of, load_matrix, version_key
+
+REQUIRED_MODELS = ["H200", "H100-SXM5-80GB", "H100-PCIe", "A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB",
+                   "A10", "L4", "L40S", "V100-SXM2-32GB", "V100 PCIe", "T4", "RTX 3090", "RTX 4090", "RTX A6000",
+                   "B200", "RTX 5090"]
+
+
+def test_loaded_once() -> None:
+    assert load_matrix() is load_matrix()
+
+
+@pytest.mark.parametrize("model", REQUIRED_MODELS)
+def test_required_models_present(model: str) -> None:
+    assert load_matrix().gpu(model) is not None
+
+
+def test_every_row_cites_an_nvidia_source() -> None:
+    raw = load_matrix().raw
+    rows = [*raw["cuda"], *raw["cudnn"], *raw["nccl"], *raw["gpus"], *raw["driver_branches"], *raw["os"].values()]
+    for row in rows:
+        assert row["source"].startswith("https://") and "nvidia.com" in row["source"], row
+        assert isinstance(row["verified"], bool)
+
+
+def test_cuda_covers_11_0_to_13_0_with_matching_branches() -> None:
+    m = load_matrix()
+    assert {"11.0", "12.4", "13.0"} <= set(m.cuda)
+    for release in m.cuda.values():
+        assert branch_of(release.driver) == release.branch
+
+
+def test_driver_queries() -> None:
+    m = load_matrix()
+    assert m.toolkit_driver("12.4") == "550.54.14"
+    assert m.min_driver("12.4") == "525.60.13"
+    assert m.min_driver("12.4.1") == "525.60.13"
+    assert not m.branch_supports_cuda("470", "12.4")
+    assert m.branch_supports_cuda("535", "12.4")
+    assert branch_of("535.104.05") == "535"
+    assert version_key("535.104.05") > version_key("535.54.03")
+
+
+def test_open_module_policy() -> None:
+    m = load_matrix()
+    assert m.open_module_policy("V100-PCIe") == "unsupported"
+    assert m.open_module_policy("T4") == "supported"
+    assert m.open_module_policy("H100-SXM5-80GB") == "supported"
+    assert m.open_module_policy("B200") == "required"
+    assert m.open_module_policy("RTX 5090") == "required"
+    assert m.open_module_policy("nope") is None
+
+
+def test_library_compatibility() -> None:
+    m = load_matrix()
+    assert m.cudnn_build("8.6.0", "12.4") is None
+    build = m.cudnn_build("9.1.0", "12.4")
+    assert build is not None and build.min_driver == "525.60.13"
+    assert m.cudnn_build("9.17.0", "13.0") is not None
+    assert m.nccl_supports("2.21.5", "12.4")
+    assert not m.nccl_supports("2.15.5", "12.4")
+
+
+def test_os_availability() -> None:
+    m = load_matrix()
+    assert m.os_has_branch("ubuntu2004", "580") is False
+    assert m.os_has_branch("ubuntu2204", "580") is True
+    assert m.os_has_branch("ubuntu2204", "580", "ubuntu-drivers") is None
+    assert not m.os_has_cuda("ubuntu2004", "13.0")
+    assert m.os_has_cuda("debian12", "12.4")
+    assert not m.os_has_cuda("debian12", "12.1")
+    assert m.fabric_manager_available("ubuntu2204", "cuda-repo")
+    assert not m.fabric_manager_available("debian12", "distro")
+    assert not m.fabric_manager_available("ubuntu2204", "runfile")
+
+
+def test_nvswitch_and_mig_flags() -> None:
+    m = load_matrix()
+    assert m.gpu("H100-PCIe").nvswitch_capable is False  # type: ignore[union-attr]
+    assert m.gpu("H200").nvswitch_capable is True  # type: ignore[union-attr]
+    assert m.gpu("A10").mig is False  # type: ignore[union-attr]
