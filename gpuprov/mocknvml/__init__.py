@@ -1,0 +1,100 @@
+"""A simulated NVML: a C ``libnvidia-ml.so.1`` that answers from YAML profiles.
+
+pynvml, the real ``nvidia-smi`` and gpuprov's own NVML code load it exactly as they load NVIDIA's
+library, so the code under test is the code that runs on real GPU hosts. See ``docs/mock-nvml.md``.
+
+Public API:
+
+* :func:`build_library` - compile the library into a directory.
+* :func:`compile_profile` / :func:`load_profile` / :func:`list_profiles` - profiles.
+* :func:`install` - put the library and a profile into a root file system (lab containers).
+* :func:`mock_environment` - the environment variables that make a process use the mock.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuprov.mocknvml.build import LIBRARY_NAME, build_library
+from gpuprov.mocknvml.profile import (
+    NVML_ERRORS,
+    PROFILES_DIR,
+    compile_profile,
+    list_profiles,
+    load_profile,
+    profile_path,
+)
+
+__all__ = [
+    "CONF_PATH",
+    "LIBRARY_DIR",
+    "LIBRARY_NAME",
+    "NVML_ERRORS",
+    "PROFILES_DIR",
+    "PROFILE_DIR",
+    "Installed",
+    "build_library",
+    "compile_profile",
+    "install",
+    "list_profiles",
+    "load_profile",
+    "mock_environment",
+    "profile_path",
+]
+
+#: Where :func:`install` puts things, relative to the root it is given.
+LIBRARY_DIR = Path("usr/lib/x86_64-linux-gnu")
+CONF_PATH = Path("etc/gpuprov/mock-nvml.conf")
+PROFILE_DIR = Path("etc/gpuprov/mock-nvml.d")
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What :func:`install` wrote: the library, its dev symlink, the active conf, the profile dir."""
+
+    library: Path
+    symlink: Path
+    conf: Path
+    profile_dir: Path
+
+
+def install(root: Path, profile: str | Path) -> Installed:
+    """Install the mock NVML into the file system under ``root``.
+
+    Writes ``<root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`` (+ ``libnvidia-ml.so`` symlink),
+    the compiled ``profile`` as ``<root>/etc/gpuprov/mock-nvml.conf`` (what the library reads by
+    default) and every shipped profile as ``<root>/etc/gpuprov/mock-nvml.d/<name>.conf``, so that
+    ``GPUPROV_MOCK_NVML_PROFILE=<name>`` switches profile inside the container.
+    """
+    lib_dir = root / LIBRARY_DIR
+    library = build_library(lib_dir)
+    symlink = lib_dir / "libnvidia-ml.so"
+    if symlink.is_symlink() or symlink.exists():
+        symlink.unlink()
+    symlink.symlink_to(LIBRARY_NAME)
+    profile_dir = root / PROFILE_DIR
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    for name in list_profiles():
+        (profile_dir / f"{name}.conf").write_text(compile_profile(name), encoding="utf-8")
+    conf = root / CONF_PATH
+    conf.write_text(compile_profile(profile), encoding="utf-8")
+    return Installed(library=library, symlink=symlink, conf=conf, profile_dir=profile_dir)
+
+
+def mock_environment(library_dir: Path, profile: str | Path, conf_dir: Path) -> dict[str, str]:
+    """Return a copy of ``os.environ`` set up to load the mock from ``library_dir`` with ``profile``.
+
+    The profile is compiled to ``conf_dir/<name>.conf``; ``LD_LIBRARY_PATH`` gets ``library_dir``
+    first and ``GPUPROV_MOCK_NVML_CONF`` names the compiled file.
+    """
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    conf = conf_dir / f"{profile_path(profile).stem}.conf"
+    conf.write_text(compile_profile(profile), encoding="utf-8")
+    env = dict(os.environ)
+    paths = [str(library_dir), *filter(None, env.get("LD_LIBRARY_PATH", "").split(":"))]
+    env["LD_LIBRARY_PATH"] = ":".join(paths)
+    env["GPUPROV_MOCK_NVML_CONF"] = str(conf)
+    env.pop("GPUPROV_MOCK_NVML_PROFILE", None)
+    return env
