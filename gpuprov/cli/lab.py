@@ -1,0 +1,125 @@
+"""``gpuprov lab``: build the lab base images and run a local fleet of systemd containers.
+
+Sub-commands: ``images`` (build or reuse the base images), ``up`` (start N hosts and write the lab
+fleet file), ``status`` (exit 0 when every host is up, 3 otherwise) and ``down``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpuprov.exceptions import HostsFailed
+
+OS_CHOICES = ("debian12", "ubuntu2004")
+
+
+def _split_oses(values: Sequence[str]) -> list[str]:
+    """``--os a --os b,c`` -> ``[a, b, c]``; rejects unknown names with a usage error."""
+    oses = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    for os_name in oses:
+        if os_name not in OS_CHOICES:
+            raise click.BadParameter(f"{os_name!r} is not one of {', '.join(OS_CHOICES)}", param_hint="--os")
+    return oses
+
+
+@click.group("lab")
+def command() -> None:
+    """Run a local lab fleet of systemd containers that look like bare servers."""
+
+
+@command.command("images")
+@click.option(
+    "--os", "oses", multiple=True, metavar="OS[,OS]", help="Image(s) to build: debian12, ubuntu2004 (default: both)."
+)
+@click.option("--rebuild", is_flag=True, help="Build even if an image with the current recipe exists.")
+def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
+    """Build the lab base images if their recipe changed, and print their references."""
+    from gpuprov.lab import dockerenv, images
+
+    client = dockerenv.client()
+    for os_name in _split_oses(oses) or list(OS_CHOICES):
+        if rebuild or images.find_image(client, os_name) is None:
+            click.echo(f"building {images.image_name(os_name)} (a few minutes) ...", err=True)
+        ref, result = images.ensure_image_result(os_name, rebuild=rebuild, client=client)
+        size_mb = dockerenv.image_size(client, ref) / 1e6
+        if result is None:
+            click.echo(f"{ref}  (cached, {size_mb:.0f} MB)")
+        else:
+            steps = ", ".join(f"{step} {seconds:.0f} s" for step, seconds in result.steps.items())
+            click.echo(f"{ref}  (built in {result.seconds:.0f} s: {steps}; {size_mb:.0f} MB)")
+
+
+@command.command("up")
+@click.option("--hosts", "count", type=click.IntRange(min=1), default=2, show_default=True, help="Number of hosts.")
+@click.option(
+    "--os",
+    "oses",
+    multiple=True,
+    metavar="OS[,OS]",
+    help="OS per host, cycled over the hosts (repeat or comma-separate; default: debian12,ubuntu2004).",
+)
+@click.option(
+    "--fleet-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("inventory/lab.yml"),
+    show_default=True,
+    help="Where to write the lab fleet file.",
+)
+def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path) -> None:
+    """Start (or reconcile) the lab hosts, wait for systemd and sshd, write the fleet file."""
+    from gpuprov.lab import containers, fleetfile, state
+
+    chosen = _split_oses(oses) or list(containers.DEFAULT_OSES)
+    lab_dir = state.state_dir()
+    hosts = containers.up(count, chosen, lab_dir=lab_dir)
+    path = fleetfile.write_fleet_file(fleet_file, hosts, state.key_path(lab_dir), state.known_hosts_path(lab_dir))
+    for host in hosts:
+        click.echo(f"{host.hostname}  {host.name}  {host.os}  admin@127.0.0.1:{host.port}")
+    click.echo(f"fleet file: {path}")
+
+
+@command.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON ({hosts: [...], up: bool}) instead of a table.")
+def status_cmd(as_json: bool) -> None:
+    """Show each lab host; exit 0 when all are running and answer SSH, 3 otherwise.
+
+    With ``--json`` each host is ``{name (inventory name), container, os, state, port, ssh, up}``.
+    """
+    from gpuprov.lab import containers
+
+    rows = containers.status()
+    down = sorted(row.hostname for row in rows if not row.up)
+    if as_json:
+        hosts = [
+            {"name": r.hostname, "container": r.name, "os": r.os, "state": r.state, "port": r.port,
+             "ssh": r.ssh_ok, "up": r.up}
+            for r in rows
+        ]  # fmt: skip
+        click.echo(json.dumps({"hosts": hosts, "up": bool(rows) and not down}, indent=2))
+    else:
+        table = Table(title="gpuprov lab")
+        for column in ("name", "host", "os", "state", "port", "ssh"):
+            table.add_column(column)
+        for r in rows:
+            table.add_row(r.name, r.hostname, r.os, r.state, str(r.port or "-"), "yes" if r.ssh_ok else "no")
+        Console().print(table)
+    if not rows:
+        raise HostsFailed("no lab hosts: run `gpuprov lab up`", [])
+    if down:
+        raise HostsFailed(f"lab hosts down or unreachable: {', '.join(down)}", down)
+
+
+@command.command("down")
+@click.option("--purge", is_flag=True, help="Also delete the lab key, known_hosts and state.")
+def down_cmd(purge: bool) -> None:
+    """Remove the lab containers (images and, without --purge, the key are kept)."""
+    from gpuprov.lab import containers
+
+    removed = containers.down(purge=purge)
+    click.echo(f"removed {len(removed)} lab container(s)" + (" and the lab state" if purge else ""))

@@ -1,0 +1,280 @@
+"""Run the lab hosts: systemd + sshd containers reachable as ``admin@127.0.0.1:PORT``.
+
+:func:`up` makes the running lab match a layout (idempotent), :func:`status` reports each host and
+:func:`down` removes the containers. Containers are named ``gpuprov-lab-<n>`` (n from 1), carry the
+label :data:`LABEL_LAB`, run ``/lib/systemd/systemd`` unprivileged (SYS_ADMIN and NET_ADMIN only,
+cgroups read-only) and publish sshd on ``127.0.0.1:<port>``. Each container generates its SSH host
+keys at first start; :func:`up` collects them into the lab's known_hosts, so SSH host-key checking
+stays on.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuprov.exceptions import ConfigError, EnvironmentMissing, HostsFailed
+from gpuprov.lab import dockerenv, images, state
+from gpuprov.lab.ports import allocate_ports
+from gpuprov.lab.state import LabHost
+
+log = logging.getLogger(__name__)
+
+CONTAINER_PREFIX = "gpuprov-lab-"
+LABEL_LAB = "org.gpuprov.lab"
+LABEL_HOST_OS = "org.gpuprov.lab.host-os"
+DEFAULT_OSES = ("debian12", "ubuntu2004")
+#: Seconds to wait for systemd to finish booting and for sshd to accept the lab key.
+BOOT_TIMEOUT_S = 120
+SSH_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """What :func:`status` found for one host; ``state`` is Docker's (``running``, ``exited`` ...)
+    or ``missing``; ``ssh_ok`` is whether ``ssh`` with the lab key and known_hosts ran ``true``."""
+
+    name: str
+    hostname: str
+    os: str
+    state: str
+    port: int
+    ssh_ok: bool
+
+    @property
+    def up(self) -> bool:
+        """Running and reachable over SSH."""
+        return self.state == "running" and self.ssh_ok
+
+
+def plan(hosts: int, oses: Sequence[str] = DEFAULT_OSES) -> list[tuple[str, str, str]]:
+    """The layout for ``hosts`` hosts cycling over ``oses``: ``[(name, hostname, os), ...]``.
+
+    Raises :class:`~gpuprov.exceptions.ConfigError` for fewer than one host or an unknown OS.
+    """
+    if hosts < 1:
+        raise ConfigError(f"--hosts must be at least 1, got {hosts}")
+    if not oses:
+        raise ConfigError("give at least one --os")
+    for os_name in oses:
+        images.spec_for(os_name)
+    return [
+        (f"{CONTAINER_PREFIX}{n}", f"lab-{oses[(n - 1) % len(oses)]}-{n}", oses[(n - 1) % len(oses)])
+        for n in range(1, hosts + 1)
+    ]
+
+
+def ssh_argv(host: LabHost, lab_dir: Path, command: str = "true", timeout_s: int = 5) -> list[str]:
+    """The ``ssh`` command line that runs ``command`` on ``host`` as admin with strict host-key checking."""
+    return [
+        "ssh",
+        "-F", "none",
+        "-i", str(state.key_path(lab_dir)),
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={state.known_hosts_path(lab_dir)}",
+        "-o", f"ConnectTimeout={timeout_s}",
+        "-p", str(host.port),
+        "admin@127.0.0.1",
+        command,
+    ]  # fmt: skip
+
+
+def ssh_ok(host: LabHost, lab_dir: Path, timeout_s: int = 5) -> bool:
+    """Whether ``ssh`` to ``host`` runs ``true`` within ``timeout_s`` seconds (plus a margin)."""
+    try:
+        proc = subprocess.run(
+            ssh_argv(host, lab_dir, timeout_s=timeout_s), capture_output=True, timeout=timeout_s + 10, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0
+
+
+def _lab_containers(client: Any) -> dict[str, Any]:
+    return {c.name: c for c in client.containers.list(all=True, filters={"label": LABEL_LAB})}
+
+
+def _port_of(container: Any) -> int | None:
+    bindings = container.attrs.get("HostConfig", {}).get("PortBindings") or {}
+    for binding in bindings.get("22/tcp") or []:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    return None
+
+
+def _exec(container: Any, command: str) -> tuple[int, str]:
+    code, output = container.exec_run(["/bin/sh", "-c", command], user="root")
+    return int(code), output.decode(errors="replace")
+
+
+def _create(client: Any, name: str, hostname: str, os_name: str, port: int, image: str) -> Any:
+    log.info("creating %s (%s) on 127.0.0.1:%d from %s", name, hostname, port, image)
+    return client.containers.run(
+        image,
+        name=name,
+        hostname=hostname,
+        detach=True,
+        command=["/lib/systemd/systemd"],
+        environment={"container": "docker"},
+        cap_add=["SYS_ADMIN", "NET_ADMIN"],
+        security_opt=["seccomp=unconfined"],
+        tmpfs={"/run": "rw,mode=755", "/run/lock": "rw,mode=1777"},
+        volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
+        ports={"22/tcp": ("127.0.0.1", port)},
+        labels={LABEL_LAB: "1", LABEL_HOST_OS: os_name},
+        stop_signal="SIGRTMIN+3",
+    )
+
+
+def _wait_booted(container: Any, timeout_s: int) -> str:
+    """Wait until systemd says running/degraded and the host keys exist; return the host keys."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    hostname = container.attrs["Config"]["Hostname"]
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.status != "running":
+            raise HostsFailed(f"{container.name} stopped while booting: {container.logs(tail=20)!r}", [hostname])
+        _, last = _exec(container, "systemctl is-system-running; cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null")
+        booted, _, host_keys = last.partition("\n")
+        if booted.strip() in {"running", "degraded"} and "ssh-ed25519 " in host_keys:
+            return host_keys
+        time.sleep(1)
+    raise HostsFailed(f"{container.name} did not finish booting in {timeout_s} s: {last.strip()}", [hostname])
+
+
+def _authorize(container: Any, public_key: str) -> None:
+    script = (
+        "umask 077 && install -d -m 0700 -o admin -g admin /home/admin/.ssh && "
+        f"printf '%s\\n' {shlex.quote(public_key)} > /home/admin/.ssh/authorized_keys && "
+        "chown admin:admin /home/admin/.ssh/authorized_keys"
+    )
+    code, output = _exec(container, script)
+    if code != 0:
+        raise HostsFailed(
+            f"could not install the lab key on {container.name}: {output}", [container.attrs["Config"]["Hostname"]]
+        )
+
+
+def up(
+    hosts: int,
+    oses: Sequence[str] = DEFAULT_OSES,
+    *,
+    lab_dir: Path | None = None,
+    client: Any = None,
+    boot_timeout_s: int = BOOT_TIMEOUT_S,
+) -> list[LabHost]:
+    """Make the lab run exactly ``hosts`` hosts cycling over ``oses``, and return them.
+
+    Running hosts are kept, stopped ones started, missing ones (and ones whose OS changed)
+    created from :func:`gpuprov.lab.images.ensure_image` (building the image if needed); lab
+    containers numbered above ``hosts`` are removed. Waits for systemd and sshd, writes known_hosts
+    and ``hosts.json`` in ``lab_dir``. Raises ConfigError, EnvironmentMissing (Docker, ssh or an
+    image build tool missing) or HostsFailed (a host did not come up).
+    """
+    if shutil.which("ssh") is None:
+        raise EnvironmentMissing("`ssh` is not on PATH: install the OpenSSH client (`apt-get install openssh-client`)")
+    layout = plan(hosts, oses)
+    client = client or dockerenv.client()
+    lab_dir = state.ensure_state_dir(lab_dir)
+    public_key = state.ensure_keypair(lab_dir)
+    refs = {os_name: images.ensure_image(os_name, client=client) for os_name in dict.fromkeys(oses)}
+    existing = _lab_containers(client)
+    wanted = {name for name, _, _ in layout}
+    for name, container in existing.items():
+        if name not in wanted:
+            log.info("removing %s (not in the layout)", name)
+            container.remove(force=True)
+    containers: dict[str, Any] = {}
+    for name, hostname, os_name in layout:
+        container = existing.get(name)
+        if container is not None and (
+            container.labels.get(LABEL_HOST_OS) != os_name or container.attrs["Config"]["Hostname"] != hostname
+        ):
+            container.remove(force=True)
+            container = None
+        if container is not None and container.status != "running":
+            try:
+                container.start()
+            except Exception as exc:  # port taken meanwhile, or a broken container: recreate it
+                log.warning("could not start %s (%s); recreating it", name, exc)
+                container.remove(force=True)
+                container = None
+        if container is not None:
+            containers[name] = container
+    used = {p for c in containers.values() if (p := _port_of(c)) is not None}
+    missing = [item for item in layout if item[0] not in containers]
+    for (name, hostname, os_name), port in zip(missing, allocate_ports(len(missing), reserved=used), strict=True):
+        containers[name] = _create(client, name, hostname, os_name, port, refs[os_name])
+    lab_hosts: list[LabHost] = []
+    known: list[str] = []
+    for name, hostname, os_name in layout:
+        container = containers[name]
+        container.reload()
+        published = _port_of(container)
+        if published is None:
+            raise HostsFailed(f"{name} publishes no ssh port", [hostname])
+        host_keys = _wait_booted(container, boot_timeout_s)
+        _authorize(container, public_key)
+        known += state.known_hosts_lines(published, host_keys)
+        lab_hosts.append(LabHost(name, hostname, os_name, published))
+    state.write_known_hosts(lab_dir, known)
+    state.save_hosts(lab_dir, lab_hosts)
+    _wait_ssh(lab_hosts, lab_dir)
+    return lab_hosts
+
+
+def _wait_ssh(hosts: list[LabHost], lab_dir: Path, timeout_s: int = SSH_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = list(hosts)
+    while pending and time.monotonic() < deadline:
+        pending = [h for h in pending if not ssh_ok(h, lab_dir)]
+        if pending:
+            time.sleep(1)
+    if pending:
+        names = sorted(h.hostname for h in pending)
+        raise HostsFailed(f"sshd did not accept the lab key within {timeout_s} s on {', '.join(names)}", names)
+
+
+def status(*, lab_dir: Path | None = None, client: Any = None) -> list[HostStatus]:
+    """One :class:`HostStatus` per host of the last ``lab up`` plus any other lab container."""
+    lab_dir = lab_dir or state.state_dir()
+    client = client or dockerenv.client()
+    existing = _lab_containers(client)
+    result: list[HostStatus] = []
+    known = state.load_hosts(lab_dir)
+    for host in known:
+        container = existing.pop(host.name, None)
+        current = container.status if container is not None else "missing"
+        reachable = current == "running" and ssh_ok(host, lab_dir)
+        result.append(HostStatus(host.name, host.hostname, host.os, current, host.port, reachable))
+    for name, container in sorted(existing.items()):  # lab containers this state dir does not know
+        port = _port_of(container) or 0
+        host = LabHost(name, container.attrs["Config"]["Hostname"], container.labels.get(LABEL_HOST_OS, "?"), port)
+        reachable = container.status == "running" and ssh_ok(host, lab_dir)
+        result.append(HostStatus(name, host.hostname, host.os, container.status, port, reachable))
+    return result
+
+
+def down(*, purge: bool = False, lab_dir: Path | None = None, client: Any = None) -> list[str]:
+    """Remove every lab container (returns their names); with ``purge`` delete the lab state dir too."""
+    lab_dir = lab_dir or state.state_dir()
+    client = client or dockerenv.client()
+    removed = []
+    for name, container in sorted(_lab_containers(client).items()):
+        container.remove(force=True)
+        removed.append(name)
+    if purge and lab_dir.exists():
+        shutil.rmtree(lab_dir)
+    elif (lab_dir / "hosts.json").exists():
+        (lab_dir / "hosts.json").unlink()
+    return removed

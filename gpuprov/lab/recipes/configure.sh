@@ -1,0 +1,130 @@
+#!/bin/sh
+# gpuprov lab image recipe, stage 2: runs as root inside the debootstrapped root (via chroot).
+#
+# Inputs (environment, set by gpuprov.lab.images):
+#   GPUPROV_SUITE            bullseye | bookworm
+#   GPUPROV_MIRROR           Debian mirror URL read from the build machine's apt sources
+#   GPUPROV_SECURITY_MIRROR  Debian security mirror URL, or empty (then no security entry)
+#   GPUPROV_COMPONENTS       space-separated apt components, e.g. "main contrib non-free"
+#   GPUPROV_SOURCES_FORMAT   deb822 | one-line
+#   GPUPROV_STANDIN          empty, or "ubuntu2004": dress the userland as Ubuntu 20.04 (labelled)
+#   GPUPROV_STANDIN_NOTE     one line saying what the stand-in really is
+#
+# Every file it writes is listed in docs/lab.md. No mirror host name is written into the repo: the
+# mirror reaches the image only through GPUPROV_MIRROR at build time.
+set -eu
+export DEBIAN_FRONTEND=noninteractive LC_ALL=C
+
+# --- apt sources: the machine's mirror, every component a GPU server needs ------------------------
+rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*
+if [ "$GPUPROV_SOURCES_FORMAT" = deb822 ]; then
+    {
+        printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: %s\n' \
+            "$GPUPROV_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
+        printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n'
+        if [ -n "$GPUPROV_SECURITY_MIRROR" ]; then
+            printf '\nTypes: deb\nURIs: %s\nSuites: %s-security\nComponents: %s\n' \
+                "$GPUPROV_SECURITY_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
+            printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n'
+        fi
+    } > /etc/apt/sources.list.d/debian.sources
+else
+    {
+        printf 'deb %s %s %s\n' "$GPUPROV_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
+        printf 'deb %s %s-updates %s\n' "$GPUPROV_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
+        if [ -n "$GPUPROV_SECURITY_MIRROR" ]; then
+            printf 'deb %s %s-security %s\n' "$GPUPROV_SECURITY_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
+        fi
+    } > /etc/apt/sources.list
+fi
+# Like the Debian container images: do not keep downloaded .debs.
+cat > /etc/apt/apt.conf.d/docker-clean <<'EOF'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+EOF
+
+# --- the admin user: key-only login, passwordless sudo (a real server's shape) ---------------------
+if ! id admin >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/bash --groups sudo admin
+fi
+usermod --password '*' admin  # no password; '*' (not '!') so sshd still accepts key logins
+install -d -m 0700 -o admin -g admin /home/admin/.ssh
+printf 'admin ALL=(ALL:ALL) NOPASSWD: ALL\n' > /etc/sudoers.d/90-gpuprov-lab-admin
+chmod 0440 /etc/sudoers.d/90-gpuprov-lab-admin
+visudo -c -q -f /etc/sudoers.d/90-gpuprov-lab-admin
+
+# --- sshd: no host keys in the image; each container makes its own at first start ------------------
+rm -f /etc/ssh/ssh_host_*
+cat > /etc/systemd/system/gpuprov-lab-hostkeys.service <<'EOF'
+[Unit]
+Description=Generate SSH host keys at first start (gpuprov lab)
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+Before=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target ssh.service
+EOF
+systemctl enable gpuprov-lab-hostkeys.service ssh.service
+
+# --- systemd in a container: mask what needs real hardware, a console or a writable /sys ----------
+systemctl mask \
+    getty.target console-getty.service getty@tty1.service serial-getty@console.service \
+    systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket \
+    systemd-udev-trigger.service systemd-udev-settle.service \
+    systemd-modules-load.service systemd-remount-fs.service systemd-firstboot.service \
+    sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount \
+    systemd-hwdb-update.service cryptsetup.target \
+    >/dev/null 2>&1
+systemctl set-default multi-user.target
+# A fresh machine id per container (systemd writes one at first start).
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+ln -s /etc/machine-id /var/lib/dbus/machine-id
+
+# --- the installed kernel must come with a real initramfs (roles rebuild and inspect it) -----------
+for modules in /lib/modules/*; do
+    kernel=${modules##*/}
+    [ -e "/boot/initrd.img-$kernel" ] || update-initramfs -c -k "$kernel"
+    ls "$modules"/kernel/drivers/gpu/drm/nouveau/nouveau.ko* >/dev/null
+done
+ls /boot/vmlinuz-* /boot/initrd.img-* >/dev/null
+
+# --- the Ubuntu 20.04 stand-in: bullseye userland (glibc 2.31, as focal) dressed and labelled -----
+if [ "$GPUPROV_STANDIN" = ubuntu2004 ]; then
+    printf '%s\n' "$GPUPROV_STANDIN_NOTE" > /etc/gpuprov-standin
+    # Divert base-files' /etc/os-release so an upgrade of base-files cannot undo the stand-in.
+    dpkg-divert --quiet --local --rename --add /etc/os-release
+    cat > /etc/os-release <<'EOF'
+# gpuprov lab STAND-IN, not Ubuntu: see /etc/gpuprov-standin for what this userland really is.
+NAME="Ubuntu"
+VERSION="20.04.6 LTS (Focal Fossa)"
+ID=ubuntu
+ID_LIKE=debian
+PRETTY_NAME="Ubuntu 20.04.6 LTS"
+VERSION_ID="20.04"
+HOME_URL="https://www.ubuntu.com/"
+SUPPORT_URL="https://help.ubuntu.com/"
+BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
+PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
+VERSION_CODENAME=focal
+UBUNTU_CODENAME=focal
+EOF
+    cat > /etc/lsb-release <<'EOF'
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=20.04
+DISTRIB_CODENAME=focal
+DISTRIB_DESCRIPTION="Ubuntu 20.04.6 LTS"
+EOF
+fi
+
+# --- keep the image small -------------------------------------------------------------------------
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old /var/lib/dpkg/*-old \
+    /var/log/*.log /var/log/apt/* /tmp/* /var/tmp/* /root/.bash_history

@@ -1,0 +1,125 @@
+"""``containers.up``/``status``/``down`` reconcile against a fake Docker client (no Docker needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprov.lab import containers, images, state
+
+HOST_KEYS = "ssh-ed25519 AAAAC3Nza root@x\n"
+
+
+class FakeContainer:
+    def __init__(self, client: FakeClient, name: str, hostname: str, os_name: str, port: int, status: str) -> None:
+        self.client, self.name, self.status = client, name, status
+        self.labels = {containers.LABEL_LAB: "1", containers.LABEL_HOST_OS: os_name}
+        self.attrs = {
+            "Config": {"Hostname": hostname},
+            "HostConfig": {"PortBindings": {"22/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}},
+        }
+
+    def start(self) -> None:
+        self.client.events.append(f"start {self.name}")
+        self.status = "running"
+
+    def remove(self, force: bool = False) -> None:
+        self.client.events.append(f"remove {self.name}")
+        del self.client.by_name[self.name]
+
+    def reload(self) -> None:
+        pass
+
+
+class FakeContainers:
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+
+    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
+        return list(self.client.by_name.values())
+
+    def run(self, image: str, *, name: str, hostname: str, ports: dict[str, Any], labels: dict[str, str],
+            **_: Any) -> FakeContainer:  # fmt: skip
+        self.client.events.append(f"create {name} {image} {ports['22/tcp'][1]}")
+        c = FakeContainer(self.client, name, hostname, labels[containers.LABEL_HOST_OS], ports["22/tcp"][1], "running")
+        self.client.by_name[name] = c
+        return c
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.by_name: dict[str, FakeContainer] = {}
+        self.events: list[str] = []
+        self.containers = FakeContainers(self)
+
+    def add(self, n: int, os_name: str, port: int, status: str = "running") -> None:
+        self.by_name[f"gpuprov-lab-{n}"] = FakeContainer(
+            self, f"gpuprov-lab-{n}", f"lab-{os_name}-{n}", os_name, port, status
+        )
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
+    monkeypatch.setattr(images, "ensure_image", lambda os_name, client=None: f"gpuprov-lab-{os_name}:hash")
+    monkeypatch.setattr(containers, "_wait_booted", lambda container, timeout_s: HOST_KEYS)
+    monkeypatch.setattr(containers, "_authorize", lambda container, key: None)
+    monkeypatch.setattr(containers, "_wait_ssh", lambda hosts, lab_dir: None)
+    monkeypatch.setattr(containers, "ssh_ok", lambda host, lab_dir: True)
+    monkeypatch.setattr("gpuprov.lab.ports.port_is_free", lambda port, address="127.0.0.1": True)
+    return FakeClient()
+
+
+def test_fresh_lab_creates_hosts_on_the_lowest_ports(client: FakeClient, tmp_path: Path) -> None:
+    hosts = containers.up(2, lab_dir=tmp_path, client=client)
+    assert [(h.hostname, h.port) for h in hosts] == [("lab-debian12-1", 22201), ("lab-ubuntu2004-2", 22202)]
+    assert client.events == [
+        "create gpuprov-lab-1 gpuprov-lab-debian12:hash 22201",
+        "create gpuprov-lab-2 gpuprov-lab-ubuntu2004:hash 22202",
+    ]
+    assert state.known_hosts_path(tmp_path).read_text().splitlines() == [
+        "[127.0.0.1]:22201 ssh-ed25519 AAAAC3Nza",
+        "[127.0.0.1]:22202 ssh-ed25519 AAAAC3Nza",
+    ]
+    assert state.load_hosts(tmp_path) == hosts
+
+
+def test_rerun_keeps_running_starts_stopped_recreates_missing(client: FakeClient, tmp_path: Path) -> None:
+    client.add(1, "debian12", 22201)
+    client.add(2, "ubuntu2004", 22205, status="exited")
+    client.add(4, "debian12", 22207)  # beyond --hosts 3: removed
+    hosts = containers.up(3, lab_dir=tmp_path, client=client)
+    assert client.events == [
+        "remove gpuprov-lab-4",
+        "start gpuprov-lab-2",
+        "create gpuprov-lab-3 gpuprov-lab-debian12:hash 22202",
+    ]
+    assert [h.port for h in hosts] == [22201, 22205, 22202]
+
+
+def test_os_change_recreates_the_host(client: FakeClient, tmp_path: Path) -> None:
+    client.add(1, "ubuntu2004", 22201)
+    containers.up(1, ["debian12"], lab_dir=tmp_path, client=client)
+    assert client.events == ["remove gpuprov-lab-1", "create gpuprov-lab-1 gpuprov-lab-debian12:hash 22201"]
+
+
+def test_status_reports_missing_and_unknown_hosts(client: FakeClient, tmp_path: Path) -> None:
+    containers.up(2, lab_dir=tmp_path, client=client)
+    client.by_name["gpuprov-lab-2"].remove()
+    client.add(7, "debian12", 22299, status="exited")
+    rows = containers.status(lab_dir=tmp_path, client=client)
+    assert [(r.name, r.state, r.up) for r in rows] == [
+        ("gpuprov-lab-1", "running", True),
+        ("gpuprov-lab-2", "missing", False),
+        ("gpuprov-lab-7", "exited", False),
+    ]
+
+
+def test_down_removes_containers_and_purge_removes_state(client: FakeClient, tmp_path: Path) -> None:
+    lab_dir = tmp_path / "lab"
+    containers.up(2, lab_dir=lab_dir, client=client)
+    assert containers.down(lab_dir=lab_dir, client=client) == ["gpuprov-lab-1", "gpuprov-lab-2"]
+    assert state.key_path(lab_dir).exists() and not (lab_dir / "hosts.json").exists()
+    containers.down(purge=True, lab_dir=lab_dir, client=client)
+    assert not lab_dir.exists()
