@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.lab.mirrors import read_mirrors
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,6 @@ log = logging.getLogger(__name__)
 BOOKWORM_VERSION = "535.261.03-1"
 BULLSEYE_VERSION = "470.256.02-2"
 _SUITES = {BOOKWORM_VERSION: "bookworm", BULLSEYE_VERSION: "bullseye"}
-_MIRROR = "http://deb.debian.org/debian"
 _KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 _BINARY = Path("usr/lib/nvidia/current/nvidia-smi")
 
@@ -87,7 +87,8 @@ def fetch_nvidia_smi(version: str = BOOKWORM_VERSION, cache: Path | None = None)
     (apt_root / "status").touch()
     suite = _SUITES[version]
     keyring = f"[signed-by={_KEYRING}] " if Path(_KEYRING).is_file() else ""
-    (apt_root / "etc" / "sources.list").write_text(f"deb {keyring}{_MIRROR} {suite} non-free\n", encoding="utf-8")
+    mirror = read_mirrors().debian  # this machine's own Debian mirror; the repository names none
+    (apt_root / "etc" / "sources.list").write_text(f"deb {keyring}{mirror} {suite} non-free\n", encoding="utf-8")
     options = _apt_options(apt_root)
     log.info("downloading nvidia-smi %s from Debian %s non-free", version, suite)
     _run(["apt-get", *options, "update"])
