@@ -47,6 +47,10 @@ def branch_of(driver_version: str) -> str:
     return driver_version.split(".", maxsplit=1)[0]
 
 
+#: Words NVML puts before the model in a product name.
+_VENDOR_WORDS = frozenset({"NVIDIA", "TESLA", "GEFORCE", "QUADRO"})
+
+
 def model_key(model: str) -> str:
     """Normalised GPU model name for lookups: case, spaces, ``-`` and ``_`` ignored (``rtx 3090`` = ``RTX-3090``)."""
     return re.sub(r"[\s_-]", "", model).upper()
@@ -163,6 +167,21 @@ class Matrix:
         """The GPU row for ``model`` (spelling-tolerant, see :func:`model_key`), or None."""
         name = self._gpu_keys.get(model_key(model))
         return self.gpus[name] if name else None
+
+    def gpu_for_nvml_name(self, name: str) -> GpuModel | None:
+        """The GPU row for an NVML/nvidia-smi product name, or None when no row matches.
+
+        Vendor words are dropped ("NVIDIA H200" -> H200, "NVIDIA GeForce RTX 3090" -> RTX-3090), then the
+        exact model wins, else the longest model name that starts the product name ("Tesla
+        V100-PCIE-32GB" -> V100-PCIe).
+        """
+        words = [w for w in name.split() if w.upper() not in _VENDOR_WORDS]
+        key = model_key(" ".join(words))
+        exact = self._gpu_keys.get(key)
+        if exact:
+            return self.gpus[exact]
+        prefixes = [k for k in self._gpu_keys if key.startswith(k)]
+        return self.gpus[self._gpu_keys[max(prefixes, key=len)]] if prefixes else None
 
     def cuda_release(self, version: str) -> CudaRelease | None:
         """The CUDA row for ``version`` (matched on major.minor), or None."""

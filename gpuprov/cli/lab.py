@@ -19,9 +19,14 @@ from gpuprov.exceptions import HostsFailed
 OS_CHOICES = ("debian12", "ubuntu2004")
 
 
+def _split_list(values: Sequence[str]) -> list[str]:
+    """``--opt a --opt b,c`` -> ``[a, b, c]``."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 def _split_oses(values: Sequence[str]) -> list[str]:
     """``--os a --os b,c`` -> ``[a, b, c]``; rejects unknown names with a usage error."""
-    oses = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    oses = _split_list(values)
     for os_name in oses:
         if os_name not in OS_CHOICES:
             raise click.BadParameter(f"{os_name!r} is not one of {', '.join(OS_CHOICES)}", param_hint="--os")
@@ -71,16 +76,24 @@ def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
     show_default=True,
     help="Where to write the lab fleet file.",
 )
-def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path) -> None:
-    """Start (or reconcile) the lab hosts, wait for systemd and sshd, write the fleet file."""
-    from gpuprov.lab import containers, fleetfile, state
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    metavar="NAME[,NAME]",
+    help="Mock NVML hardware profile per host, cycled over the hosts (default: h200x2); see docs/mock-nvml.md.",
+)
+def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[str, ...]) -> None:
+    """Start (or reconcile) the lab hosts, install their GPU hardware profile, write the fleet file."""
+    from gpuprov.lab import containers, fleetfile, hardware, state
 
     chosen = _split_oses(oses) or list(containers.DEFAULT_OSES)
+    hardware_profiles = _split_list(profiles) or [hardware.DEFAULT_PROFILE]
     lab_dir = state.state_dir()
-    hosts = containers.up(count, chosen, lab_dir=lab_dir)
+    hosts = containers.up(count, chosen, profiles=hardware_profiles, lab_dir=lab_dir)
     path = fleetfile.write_fleet_file(fleet_file, hosts, state.key_path(lab_dir), state.known_hosts_path(lab_dir))
     for host in hosts:
-        click.echo(f"{host.hostname}  {host.name}  {host.os}  admin@127.0.0.1:{host.port}")
+        click.echo(f"{host.hostname}  {host.name}  {host.os}  admin@127.0.0.1:{host.port}  profile {host.profile}")
     click.echo(f"fleet file: {path}")
 
 

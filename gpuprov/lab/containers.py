@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, HostsFailed
-from gpuprov.lab import dockerenv, images, state
+from gpuprov.lab import dockerenv, hardware, images, state
 from gpuprov.lab.ports import allocate_ports
 from gpuprov.lab.state import LabHost
 
@@ -169,6 +169,7 @@ def up(
     hosts: int,
     oses: Sequence[str] = DEFAULT_OSES,
     *,
+    profiles: Sequence[str] = (hardware.DEFAULT_PROFILE,),
     lab_dir: Path | None = None,
     client: Any = None,
     boot_timeout_s: int = BOOT_TIMEOUT_S,
@@ -178,9 +179,13 @@ def up(
     Running hosts are kept, stopped ones started, missing ones (and ones whose OS changed)
     created from :func:`gpuprov.lab.images.ensure_image` (building the image if needed); lab
     containers numbered above ``hosts`` are removed. Waits for systemd and sshd, writes known_hosts
-    and ``hosts.json`` in ``lab_dir``. Raises ConfigError, EnvironmentMissing (Docker, ssh or an
+    and ``hosts.json`` in ``lab_dir``. Host n gets hardware profile ``profiles[n % len(profiles)]``
+    (mock NVML + real nvidia-smi, :func:`gpuprov.lab.hardware.install`), installed on every call so a
+    profile change is applied. Raises ConfigError, EnvironmentMissing (Docker, ssh, a C compiler or an
     image build tool missing) or HostsFailed (a host did not come up).
     """
+    for profile in profiles:
+        hardware.check_profile(profile)
     if shutil.which("ssh") is None:
         raise EnvironmentMissing("`ssh` is not on PATH: install the OpenSSH client (`apt-get install openssh-client`)")
     layout = plan(hosts, oses)
@@ -217,7 +222,7 @@ def up(
         containers[name] = _create(client, name, hostname, os_name, port, refs[os_name])
     lab_hosts: list[LabHost] = []
     known: list[str] = []
-    for name, hostname, os_name in layout:
+    for index, (name, hostname, os_name) in enumerate(layout):
         container = containers[name]
         container.reload()
         published = _port_of(container)
@@ -225,8 +230,10 @@ def up(
             raise HostsFailed(f"{name} publishes no ssh port", [hostname])
         host_keys = _wait_booted(container, boot_timeout_s)
         _authorize(container, public_key)
+        profile = profiles[index % len(profiles)]
+        hardware.install(container, os_name, profile)
         known += state.known_hosts_lines(published, host_keys)
-        lab_hosts.append(LabHost(name, hostname, os_name, published))
+        lab_hosts.append(LabHost(name, hostname, os_name, published, profile))
     state.write_known_hosts(lab_dir, known)
     state.save_hosts(lab_dir, lab_hosts)
     _wait_ssh(lab_hosts, lab_dir)

@@ -8,10 +8,13 @@ Shape of the result::
     ssh: {user: admin, key: <abs path>, known_hosts: <abs path>, become: true, host_key_checking: true}
     settings:
       gpus: {model: H200, count: 2, nvswitch: false}
-      driver: {branch: "535"}
       reboot: {allowed: false}
     hosts:
-      lab-debian12-1: {address: 127.0.0.1, port: 22201, settings: {os: debian12}}
+      lab-debian12-1:
+        address: 127.0.0.1
+        port: 22201
+        description: lab hardware profile h200x2
+        settings: {os: debian12, gpus: {model: H200, count: 2, nvswitch: true}}   # from the profile
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from gpuprov.lab.hardware import fleet_gpus
 from gpuprov.lab.state import LabHost
 
 DEFAULT_FLEET_FILE = Path("inventory/lab.yml")
@@ -29,7 +33,6 @@ DEFAULT_FLEET_FILE = Path("inventory/lab.yml")
 #: Modest GPU settings every lab host gets (the lab has no GPUs; the mocked NVML reports these).
 LAB_SETTINGS: dict[str, Any] = {
     "gpus": {"model": "H200", "count": 2, "nvswitch": False},
-    "driver": {"branch": "535"},
     "reboot": {"allowed": False},
 }
 
@@ -38,6 +41,15 @@ HEADER = """\
 # The lab fleet: local systemd containers (gpuprov-lab-N) reachable over SSH on 127.0.0.1 with the
 # lab's own key and known_hosts (under the lab state dir). Stop it with `gpuprov lab down`.
 """
+
+
+def _host_entry(host: LabHost) -> dict[str, Any]:
+    settings: dict[str, Any] = {"os": host.os}
+    gpus = fleet_gpus(host.profile)
+    if gpus is not None:
+        settings["gpus"] = gpus
+    return {"address": "127.0.0.1", "port": host.port, "description": f"lab hardware profile {host.profile}",
+            "settings": settings}
 
 
 def fleet_document(hosts: list[LabHost], key: Path, known_hosts: Path) -> dict[str, Any]:
@@ -53,9 +65,7 @@ def fleet_document(hosts: list[LabHost], key: Path, known_hosts: Path) -> dict[s
             "host_key_checking": True,
         },
         "settings": {section: dict(values) for section, values in LAB_SETTINGS.items()},
-        "hosts": {
-            host.hostname: {"address": "127.0.0.1", "port": host.port, "settings": {"os": host.os}} for host in hosts
-        },
+        "hosts": {host.hostname: _host_entry(host) for host in hosts},
     }
 
 

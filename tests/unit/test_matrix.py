@@ -84,3 +84,19 @@ def test_nvswitch_and_mig_flags() -> None:
     assert m.gpu("H100-PCIe").nvswitch_capable is False  # type: ignore[union-attr]
     assert m.gpu("H200").nvswitch_capable is True  # type: ignore[union-attr]
     assert m.gpu("A10").mig is False  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "model"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+        ("Tesla V100-PCIE-32GB", "V100-PCIe"),
+        ("NVIDIA Made-Up 9000", None),
+    ],
+)
+def test_gpu_for_nvml_name(nvml_name: str, model: str | None) -> None:
+    found = load_matrix().gpu_for_nvml_name(nvml_name)
+    assert (found.model if found else None) == model

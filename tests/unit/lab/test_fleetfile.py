@@ -11,7 +11,7 @@ from gpuprov.lab.state import LabHost
 
 HOSTS = [
     LabHost("gpuprov-lab-1", "lab-debian12-1", "debian12", 22201),
-    LabHost("gpuprov-lab-2", "lab-ubuntu2004-2", "ubuntu2004", 22202),
+    LabHost("gpuprov-lab-2", "lab-ubuntu2004-2", "ubuntu2004", 22202, "rtx3090x4"),
 ]
 
 
@@ -31,19 +31,29 @@ def test_written_file_loads_with_expected_structure(tmp_path: Path) -> None:
     }
     assert doc["settings"] == {
         "gpus": {"model": "H200", "count": 2, "nvswitch": False},
-        "driver": {"branch": "535"},
         "reboot": {"allowed": False},
     }
+    # each host's gpus come from its hardware profile (the real H200 pair's links end at NVSwitches)
     assert doc["hosts"] == {
-        "lab-debian12-1": {"address": "127.0.0.1", "port": 22201, "settings": {"os": "debian12"}},
-        "lab-ubuntu2004-2": {"address": "127.0.0.1", "port": 22202, "settings": {"os": "ubuntu2004"}},
+        "lab-debian12-1": {"address": "127.0.0.1", "port": 22201, "description": "lab hardware profile h200x2",
+                           "settings": {"os": "debian12", "gpus": {"model": "H200", "count": 2, "nvswitch": True}}},
+        "lab-ubuntu2004-2": {"address": "127.0.0.1", "port": 22202,
+                             "description": "lab hardware profile rtx3090x4",
+                             "settings": {"os": "ubuntu2004",
+                                          "gpus": {"model": "RTX-3090", "count": 4, "nvswitch": False}}},
     }
     assert list(doc) == ["version", "name", "ssh", "settings", "hosts"]
 
 
-def test_driver_branch_stays_a_string() -> None:
-    text = render_fleet(HOSTS, Path("/k"), Path("/kh"))
-    assert "branch: '535'" in text
+def test_lab_fleet_file_validates(tmp_path: Path) -> None:
+    """What `lab up` writes must pass `gpuprov validate` for every shipped hardware profile."""
+    from gpuprov.fleet import load_fleet
+    from gpuprov.mocknvml import list_profiles
+
+    hosts = [LabHost(f"gpuprov-lab-{n}", f"lab-debian12-{n}", "debian12" if n % 2 else "ubuntu2004", 22200 + n, p)
+             for n, p in enumerate(list_profiles(), 1)]
+    fleet = load_fleet(write_fleet_file(tmp_path / "lab.yml", hosts, tmp_path / "k", tmp_path / "kh"))
+    assert len(fleet.hosts) == len(hosts)
 
 
 def test_header_is_comment_only() -> None:

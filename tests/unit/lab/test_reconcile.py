@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpuprov.lab import containers, images, state
+from gpuprov.exceptions import ConfigError
+from gpuprov.lab import containers, hardware, images, state
 
 HOST_KEYS = "ssh-ed25519 AAAAC3Nza root@x\n"
 
@@ -52,6 +53,7 @@ class FakeClient:
     def __init__(self) -> None:
         self.by_name: dict[str, FakeContainer] = {}
         self.events: list[str] = []
+        self.hardware: list[tuple[str, str, str]] = []
         self.containers = FakeContainers(self)
 
     def add(self, n: int, os_name: str, port: int, status: str = "running") -> None:
@@ -65,6 +67,8 @@ def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     monkeypatch.setattr(images, "ensure_image", lambda os_name, client=None: f"gpuprov-lab-{os_name}:hash")
     monkeypatch.setattr(containers, "_wait_booted", lambda container, timeout_s: HOST_KEYS)
     monkeypatch.setattr(containers, "_authorize", lambda container, key: None)
+    monkeypatch.setattr(hardware, "install", lambda container, os_name, profile: container.client.hardware.append(
+        (container.name, os_name, profile)))
     monkeypatch.setattr(containers, "_wait_ssh", lambda hosts, lab_dir: None)
     monkeypatch.setattr(containers, "ssh_ok", lambda host, lab_dir: True)
     monkeypatch.setattr("gpuprov.lab.ports.port_is_free", lambda port, address="127.0.0.1": True)
@@ -123,3 +127,20 @@ def test_down_removes_containers_and_purge_removes_state(client: FakeClient, tmp
     assert state.key_path(lab_dir).exists() and not (lab_dir / "hosts.json").exists()
     containers.down(purge=True, lab_dir=lab_dir, client=client)
     assert not lab_dir.exists()
+
+
+def test_hardware_profiles_cycle_over_hosts_and_are_reinstalled(client: FakeClient, tmp_path: Path) -> None:
+    hosts = containers.up(3, ["debian12"], profiles=["h200x2", "xid79"], lab_dir=tmp_path, client=client)
+    assert [h.profile for h in hosts] == ["h200x2", "xid79", "h200x2"]
+    assert client.hardware == [("gpuprov-lab-1", "debian12", "h200x2"), ("gpuprov-lab-2", "debian12", "xid79"),
+                               ("gpuprov-lab-3", "debian12", "h200x2")]
+    client.hardware.clear()
+    containers.up(1, ["debian12"], profiles=["no-devices"], lab_dir=tmp_path, client=client)
+    assert client.hardware == [("gpuprov-lab-1", "debian12", "no-devices")]
+    assert state.load_hosts(tmp_path)[0].profile == "no-devices"
+
+
+def test_unknown_profile_is_a_usage_error(client: FakeClient, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such mock NVML profile"):
+        containers.up(1, ["debian12"], profiles=["h900x9"], lab_dir=tmp_path, client=client)
+    assert client.events == []
