@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, ConfigError
 from gpuprov.fleet import load_fleet
-from gpuprov.recap import ProgressPrinter, recap_table, retry_command, summary, write_summary
+from gpuprov.recap import ProgressPrinter, findings_table, recap_table, retry_command, summary, write_summary
 from gpuprov.render import render_inventory
 from gpuprov.resources import playbooks_dir, roles_dir, state_dir
 from gpuprov.roles import list_roles, role_playbook
@@ -103,6 +103,9 @@ def execute(options: ApplyOptions, console: Console) -> int:
     result = run_playbook(request, on_event=ProgressPrinter(console))
     code = exit_code(result, options.check)
     console.print(recap_table(result, options.check))
+    findings = findings_table(result)
+    if findings is not None:
+        console.print(findings)
     data = summary(result, fleet=options.fleet, playbook=label, check=options.check, exit_code=code)
     write_summary(run_dir / "summary.json", data)
     if options.json_path is not None:

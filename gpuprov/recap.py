@@ -72,6 +72,25 @@ def recap_table(result: RunResult, check: bool) -> Table:
     return table
 
 
+def findings_table(result: RunResult) -> Table | None:
+    """The findings roles published (``gpuprov_findings``), worst first; None when there are none."""
+    rank = {"fail": 0, "warn": 1, "info": 2}
+    rows = [(name, f) for name in sorted(result.hosts) for f in result.hosts[name].findings]
+    if not rows:
+        return None
+    rows.sort(key=lambda item: (rank.get(str(item[1].get("severity")), 3), item[0]))
+    table = Table(title="findings", title_justify="left")
+    for column in ("host", "severity", "check", "subject", "evidence", "fix"):
+        table.add_column(column)
+    style = {"fail": "bold red", "warn": "yellow", "info": "cyan"}
+    for name, f in rows:
+        severity = str(f.get("severity", ""))
+        table.add_row(name, f"[{style.get(severity, 'white')}]{severity}[/]",
+                      f"{f.get('role', '')}/{f.get('id', '')}", str(f.get("subject", "")),
+                      str(f.get("evidence", "")), str(f.get("fix", "")))
+    return table
+
+
 def retry_command(argv: list[str], hosts: list[str]) -> str:
     """Return the command line that re-runs ``argv`` on ``hosts`` only.
 
@@ -107,6 +126,7 @@ def summary(result: RunResult, *, fleet: Path, playbook: str, check: bool, exit_
             "roles": {r: {"tasks": t.tasks, "changed": t.changed, "failed": t.failed,
                           "duration_s": round(t.duration_s, 3)} for r, t in sorted(h.roles.items())},
             "failures": h.failures,
+            "findings": h.findings,
         }
     return {
         "version": SUMMARY_VERSION,

@@ -93,7 +93,9 @@ class HostResult:
     """One host's outcome: counts from ansible-runner's stats, duration and failures from its events.
 
     ``duration_s`` runs from the host's first task start to its last task end (seconds);
-    ``failures`` holds ``{"role", "task", "msg"}`` for each failed or unreachable task.
+    ``failures`` holds ``{"role", "task", "msg"}`` for each failed or unreachable task; ``findings`` the
+    latest ``ansible_facts['gpuprov_findings']`` a role published (``{role, id, severity, subject,
+    evidence, fix}`` each, e.g. from bios_check).
     """
 
     name: str
@@ -107,6 +109,7 @@ class HostResult:
     duration_s: float = 0.0
     roles: dict[str, RoleTiming] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
     first_start: dt.datetime | None = None
     last_end: dt.datetime | None = None
 
@@ -201,6 +204,9 @@ class EventCollector:
         res = data.get("res") or {}
         if isinstance(res, dict) and res.get("changed"):
             timing.changed += 1
+        facts = res.get("ansible_facts") if isinstance(res, dict) else None
+        if isinstance(facts, dict) and isinstance(facts.get("gpuprov_findings"), list):
+            host.findings = [f for f in facts["gpuprov_findings"] if isinstance(f, dict)]
         if state in ("failed", "unreachable") and not data.get("ignore_errors"):
             timing.failed += 1
             msg = res.get("msg", "") if isinstance(res, dict) else ""

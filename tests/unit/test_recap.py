@@ -32,3 +32,23 @@ def test_summary_layout(tmp_path: Path) -> None:
     out = tmp_path / "s.json"
     write_summary(out, data)
     assert json.loads(out.read_text())["hosts"]["a"]["changed"] == 1
+
+
+def test_findings_reach_the_summary_and_table(tmp_path: Path) -> None:
+    from gpuprov.recap import findings_table
+    from gpuprov.runner import EventCollector
+
+    collector = EventCollector()
+    finding = {"role": "bios_check", "id": "pcie_downtrained", "severity": "fail", "subject": "0000:17:00.0",
+               "evidence": "Gen3 x4 of Gen4 x16", "fix": "reseat the card"}
+    collector({"event": "runner_on_ok", "event_data": {"host": "a", "role": "bios_check",
+                                                       "res": {"ansible_facts": {"gpuprov_findings": [finding]}}}})
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    result = RunResult(status="failed", rc=2, run_dir=tmp_path, artifact_dir=tmp_path, hosts=collector.hosts,
+                       started=t0, finished=t0)
+    assert summary(result, fleet=Path("f"), playbook="site", check=False, exit_code=3)["hosts"]["a"]["findings"] == [
+        finding]
+    table = findings_table(result)
+    assert table is not None and table.row_count == 1
+    assert findings_table(RunResult(status="successful", rc=0, run_dir=tmp_path, artifact_dir=tmp_path, hosts={},
+                                    started=t0, finished=t0)) is None
