@@ -1,0 +1,90 @@
+"""Durable work queues for the image workers: :func:`open_queue` picks the backend from a URL.
+
+* ``sqlite:///abs/path.db`` or ``sqlite:relative/path.db`` - one file, the workers of one host
+  (:class:`SqliteQueue`).
+* ``redis://[:password@]host:port/db?stream=name`` - a Redis server, workers on many hosts
+  (:class:`RedisQueue`); ``rediss://`` for TLS.
+
+Both take ``max_attempts`` (claims before a task is dead-lettered, default 5) and ``lease_s``
+(default lease in seconds, default 60) as query options, e.g. ``sqlite:q.db?max_attempts=3&lease_s=30``.
+See docs/queues.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from gpuprov.images.queue.base import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_ATTEMPTS,
+    Queue,
+    QueueError,
+    QueueStats,
+    QueueUnavailable,
+    QueueURLError,
+    Task,
+    UnknownTask,
+    task_id,
+    task_key,
+)
+
+__all__ = [
+    "Queue",
+    "QueueError",
+    "QueueStats",
+    "QueueURLError",
+    "QueueUnavailable",
+    "Task",
+    "UnknownTask",
+    "open_queue",
+    "task_id",
+    "task_key",
+]
+
+
+def open_queue(url: str) -> Queue:
+    """Open (creating if needed) the queue at ``url``; see the module docstring for the forms.
+
+    Raises :class:`QueueURLError` for an unknown scheme, option or bad value, and
+    :class:`QueueUnavailable` when the store cannot be opened or reached.
+    """
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    max_attempts = _option(options, "max_attempts", int, DEFAULT_MAX_ATTEMPTS, url)
+    lease_s = _option(options, "lease_s", float, DEFAULT_LEASE_S, url)
+    if parts.scheme == "sqlite":
+        from gpuprov.images.queue.sqlite import SqliteQueue
+
+        if options:
+            raise QueueURLError(f"{url}: unknown sqlite queue option(s): {', '.join(sorted(options))}")
+        path = parts.path if parts.netloc == "" else ""
+        if not path or path == "/":
+            raise QueueURLError(f"{url}: expected sqlite:///abs/path.db or sqlite:relative/path.db")
+        return SqliteQueue(Path(path), max_attempts=max_attempts, lease_s=lease_s)
+    if parts.scheme in ("redis", "rediss", "unix"):
+        import redis
+
+        from gpuprov.images.queue.redis import DEFAULT_STREAM, RedisQueue
+
+        stream = options.pop("stream", DEFAULT_STREAM)
+        if not stream:
+            raise QueueURLError(f"{url}: stream must not be empty")
+        client_url = urlunsplit(parts._replace(query=urlencode(options)))
+        try:
+            client = redis.Redis.from_url(client_url)
+        except ValueError as exc:
+            raise QueueURLError(f"{url}: {exc}") from exc
+        return RedisQueue(client, stream=stream, max_attempts=max_attempts, lease_s=lease_s)
+    raise QueueURLError(f"{url}: unknown queue scheme {parts.scheme!r}; use sqlite: or redis://")
+
+
+def _option(options: dict[str, str], name: str, kind: type[int] | type[float], default: float, url: str) -> Any:
+    raw = options.pop(name, None)
+    if raw is None:
+        return default
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise QueueURLError(f"{url}: {name}={raw!r} is not a {kind.__name__}") from exc

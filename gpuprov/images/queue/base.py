@@ -1,0 +1,200 @@
+r"""The queue interface that image workers code against, and what every backend shares.
+
+A queue holds one task per input image. A task moves through these states::
+
+    pending --claim--> leased --complete--> done
+       ^                 |  \--fail(retry=False)--> failed
+       |                 |---fail(retry=True)--> pending, or dead once attempts >= max_attempts
+       \--lease expired--/  (reclaimed by the next claim; dead instead once attempts >= max_attempts)
+
+Guarantee: at-least-once processing with exactly-once visible results. A worker may be killed
+(``kill -9``) at any moment; its leased tasks become claimable again when their lease expires, so
+no task is lost, and :meth:`Queue.complete` records at most one result row per task, so a task that
+was processed twice still has one row. Outputs written outside the queue must be idempotent too
+(write to a temporary file, then ``os.replace`` onto a name derived from :attr:`Task.id`).
+
+Times are seconds (floats). Errors are :class:`QueueError` subclasses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuprov.exceptions import ConfigError, EnvironmentMissing, GpuprovError
+
+DEFAULT_MAX_ATTEMPTS = 5
+"""Claims a task may get before it is dead-lettered."""
+DEFAULT_LEASE_S = 60.0
+"""Default lease (visibility timeout) in seconds."""
+
+STATES = ("pending", "leased", "done", "failed", "dead")
+
+
+class QueueError(GpuprovError):
+    """A queue operation failed (exit 2: a usage error unless a subclass says otherwise)."""
+
+
+class QueueURLError(QueueError, ConfigError):
+    """A queue URL or option is invalid: unknown scheme, bad query value. Exit 2."""
+
+
+class QueueUnavailable(QueueError, EnvironmentMissing):
+    """The queue's store cannot be opened or reached (sqlite file, Redis server). Exit 4."""
+
+
+class UnknownTask(QueueError):
+    """An operation named a task id that the queue does not hold. Exit 2."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One claimed unit of work."""
+
+    id: str
+    """Stable task id: the queue's key for this input (see :func:`task_id`)."""
+    shard: int
+    """Submission order number (0..n-1); results are merged in shard order."""
+    payload: dict[str, Any]
+    """The JSON-able payload given at submit: ``{"path": str, ...}``."""
+    attempts: int
+    """Times claimed so far, including this claim."""
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Task counts per state. ``leased`` includes leases that expired but are not yet reclaimed."""
+
+    pending: int
+    leased: int
+    done: int
+    failed: int
+    dead: int
+
+    @property
+    def total(self) -> int:
+        """All tasks ever submitted."""
+        return self.pending + self.leased + self.done + self.failed + self.dead
+
+    @property
+    def open(self) -> int:
+        """Tasks that still need a worker (pending or leased)."""
+        return self.pending + self.leased
+
+
+class Queue(Protocol):
+    """A durable work queue with leases, attempts and a dead-letter state; see the module docstring."""
+
+    def submit(self, payloads: Iterable[dict[str, Any]]) -> int:
+        """Add tasks; returns the number of NEW tasks.
+
+        Idempotent: a payload whose key (``payload["key"]`` if given, else ``payload["path"]``) is
+        already queued, in any state, is ignored. New tasks get the next shard numbers in order.
+        Raises :class:`QueueError` for a payload without a string key or path, or that is not JSON-able.
+        """
+        ...
+
+    def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
+        """Lease up to ``k`` tasks to ``worker`` for ``lease_s`` seconds, atomically (one transaction).
+
+        Pending tasks and tasks whose lease expired (their worker died or stalled) are claimable;
+        each claim increments :attr:`Task.attempts`. A reclaimable task that already had
+        ``max_attempts`` claims goes to ``dead`` instead of being returned. Returns ``[]`` when
+        nothing is claimable now (other tasks may still be leased).
+        """
+        ...
+
+    def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
+        """Renew ``worker``'s leases on ``task_ids`` to ``lease_s`` seconds from now.
+
+        Ids that ``worker`` no longer holds (reclaimed by another worker, completed, failed) are
+        skipped silently: completing them later is still safe.
+        """
+        ...
+
+    def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
+        """Record ``(task_id, result row)`` pairs and mark the tasks done; returns rows newly recorded.
+
+        Idempotent: a task gets at most one row; a second completion (another worker that
+        processed the same task after a lease expiry) is ignored. A completion is accepted from any
+        state but ``done``, whoever holds the lease: the work was done. Raises :class:`UnknownTask`
+        (recording nothing) if an id is not in the queue.
+        """
+        ...
+
+    def fail(self, worker: str, task_id: str, reason: str, *, retry: bool) -> None:
+        """Give up ``worker``'s lease on ``task_id``.
+
+        ``retry=False``: the task is ``failed`` with ``reason`` (e.g. a corrupt image), for good.
+        ``retry=True``: back to ``pending``, unless it had ``max_attempts`` claims: then ``dead``.
+        A no-op when ``worker`` does not hold the lease (it expired and another worker has the
+        task, or it is done). Raises :class:`UnknownTask` if the id is not in the queue.
+        """
+        ...
+
+    def stats(self) -> QueueStats:
+        """Current counts per state."""
+        ...
+
+    def results(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(shard, row)`` for each done task, in shard order, exactly one per task."""
+        ...
+
+    def failures(self) -> Iterator[tuple[int, str, str]]:
+        """``(shard, state, reason)`` for each failed or dead task, in shard order."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; the queue object must not be used afterwards."""
+        ...
+
+
+def task_key(payload: dict[str, Any]) -> str:
+    """The idempotence key of a payload: ``payload["key"]`` if given, else ``payload["path"]``.
+
+    Raises :class:`QueueError` when neither is a non-empty string.
+    """
+    key = payload.get("key", payload.get("path"))
+    if not isinstance(key, str) or not key:
+        raise QueueError(f"task payload needs a non-empty string 'key' or 'path': {payload!r}")
+    return key
+
+
+def task_id(key: str) -> str:
+    """The stable task id for an idempotence key: hex sha256 of the key (UTF-8)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def dump_json(value: dict[str, Any], what: str) -> str:
+    """Compact, key-sorted JSON for a payload or row; raises :class:`QueueError` if it is not JSON-able."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise QueueError(f"{what} is not JSON-able: {exc}") from exc
+
+
+def load_json(text: str | bytes) -> dict[str, Any]:
+    """Parse a stored payload or row."""
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+def check_claim_args(worker: str, k: int, lease_s: float) -> None:
+    """Validate the arguments shared by claim and extend; raises :class:`QueueError`."""
+    if not worker:
+        raise QueueError("worker name must be non-empty")
+    if k < 1:
+        raise QueueError(f"k must be >= 1, got {k}")
+    if not lease_s > 0:
+        raise QueueError(f"lease_s must be > 0 seconds, got {lease_s}")
+
+
+def check_config(max_attempts: int, lease_s: float) -> None:
+    """Validate queue options; raises :class:`QueueURLError`."""
+    if max_attempts < 1:
+        raise QueueURLError(f"max_attempts must be >= 1, got {max_attempts}")
+    if not lease_s > 0:
+        raise QueueURLError(f"lease_s must be > 0 seconds, got {lease_s}")

@@ -1,0 +1,186 @@
+"""The multi-host queue: a Redis Stream read through a consumer group, driven by Lua scripts.
+
+Submit is ``XADD`` (entry id ``<shard>-1``, idempotent through a hash of task ids); claim takes
+expired leases first (``XCLAIM`` of their pending entries to the claiming consumer, ``RETRYCOUNT``
+= attempts) and then new entries (``XREADGROUP ... COUNT k``); complete is ``HSETNX`` of the
+result row plus ``XACK``; fail is ``XACK`` plus a failure record, or, to retry, leaves the entry
+pending with an expired lease. Each operation is one Lua script, so it is atomic and a client
+killed mid-call leaves nothing half done.
+
+Leases are per task: a sorted set of expiry times in milliseconds of the *Redis server's* clock
+(``TIME``), so hosts with skewed clocks agree. ``XAUTOCLAIM`` is not used for reclaiming, because
+its min-idle time is one value per call, while leases here are per claim (``claim(..., lease_s)``)
+and renewable (``extend``): a worker with a short lease would steal a long-leased task. Attempts
+are kept in a hash and mirrored into the PEL delivery counter.
+
+Needs Redis >= 6.2 (tested with Debian bookworm's 7.0); not Redis Cluster unless the
+stream name contains a ``{hash tag}``, since every script touches all of the queue's keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import redis as redis_lib
+
+from gpuprov.images.queue._redis_lua import CLAIM, COMPLETE, EXTEND, FAIL, KEY_NAMES, SUBMIT
+from gpuprov.images.queue.base import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_ATTEMPTS,
+    STATES,
+    QueueError,
+    QueueStats,
+    QueueUnavailable,
+    Task,
+    UnknownTask,
+    check_claim_args,
+    check_config,
+    dump_json,
+    load_json,
+    task_id,
+    task_key,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STREAM = "gpuprov:images"
+GROUP = "gpuprov-workers"
+_BATCH = 1000
+
+
+class RedisQueue:
+    """A :class:`gpuprov.images.queue.base.Queue` on a Redis server.
+
+    ``client``: a ``redis.Redis`` (its responses must not be decoded; ``from_url`` defaults are
+    right). ``stream``: the stream key; the queue's other keys are ``<stream>:<name>``.
+    ``max_attempts`` and ``lease_s`` (default lease, seconds) as for the sqlite queue.
+    Raises :class:`QueueUnavailable` when the server cannot be reached, here or in any later call.
+    """
+
+    def __init__(
+        self,
+        client: redis_lib.Redis,
+        *,
+        stream: str = DEFAULT_STREAM,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_s: float = DEFAULT_LEASE_S,
+    ) -> None:
+        check_config(max_attempts, lease_s)
+        self.stream = stream
+        self.max_attempts = max_attempts
+        self.lease_s = lease_s
+        self._r = client
+        self._keys = [stream] + [f"{stream}:{name}" for name in KEY_NAMES[1:]]
+        self._k = dict(zip(KEY_NAMES, self._keys, strict=True))
+        self._scripts = {
+            name: client.register_script(src)
+            for name, src in (("submit", SUBMIT), ("claim", CLAIM), ("extend", EXTEND),
+                              ("complete", COMPLETE), ("fail", FAIL))
+        }
+        try:
+            client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except redis_lib.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise QueueUnavailable(f"redis stream {stream}: cannot create consumer group: {exc}") from exc
+        except redis_lib.RedisError as exc:
+            raise QueueUnavailable(f"redis stream {stream}: {exc}") from exc
+
+    def _run(self, name: str, args: Sequence[str | int | float]) -> Any:
+        try:
+            return self._scripts[name](keys=self._keys, args=[GROUP, *args])
+        except redis_lib.ResponseError as exc:
+            text = str(exc)
+            if "UNKNOWN " in text:
+                raise UnknownTask(f"redis stream {self.stream}: no such task: {text.split('UNKNOWN ', 1)[1]}") from exc
+            raise QueueError(f"redis stream {self.stream}: {name} failed: {text}") from exc
+        except redis_lib.RedisError as exc:
+            raise QueueUnavailable(f"redis stream {self.stream}: {name} failed: {exc}") from exc
+
+    def submit(self, payloads: Iterable[dict[str, Any]]) -> int:
+        """See :meth:`Queue.submit`. Sent in batches of 1000 payloads, one script call (transaction) each."""
+        args: list[str] = []
+        for p in payloads:
+            args += [task_id(task_key(p)), dump_json(p, "task payload")]
+        new = 0
+        for start in range(0, len(args), 2 * _BATCH):
+            new += int(self._run("submit", args[start : start + 2 * _BATCH]))
+        return new
+
+    def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
+        """See :meth:`Queue.claim`. Expired leases are reclaimed before new tasks."""
+        check_claim_args(worker, k, lease_s)
+        flat = self._run("claim", [worker, k, _ms(lease_s), self.max_attempts])
+        tasks = []
+        for i in range(0, len(flat), 3):
+            record = load_json(flat[i + 1])
+            tasks.append(Task(id=flat[i].decode(), shard=int(record["shard"]), payload=record["payload"],
+                              attempts=int(flat[i + 2])))
+        return tasks
+
+    def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
+        """See :meth:`Queue.extend`."""
+        check_claim_args(worker, 1, lease_s)
+        if task_ids:
+            self._run("extend", [worker, _ms(lease_s), *task_ids])
+
+    def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
+        """See :meth:`Queue.complete`."""
+        args: list[str] = []
+        for tid, row in results:
+            args += [tid, dump_json(row, "result row")]
+        return int(self._run("complete", args)) if args else 0
+
+    def fail(self, worker: str, task_id: str, reason: str, *, retry: bool) -> None:
+        """See :meth:`Queue.fail`."""
+        if self._run("fail", [worker, task_id, reason, int(retry), self.max_attempts]) == 0:
+            log.debug("worker %s does not hold task %s; fail ignored", worker, task_id)
+
+    def stats(self) -> QueueStats:
+        """See :meth:`Queue.stats`."""
+        values = self._call(self._r.hmget, self._k["counts"], list(STATES))
+        return QueueStats(*(int(v or 0) for v in values))
+
+    def results(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """See :meth:`Queue.results`. Reads in pages of 1000 by shard."""
+        for page in self._pages("done"):
+            rows = self._call(self._r.hmget, self._k["result"], [tid for _, tid in page])
+            for (shard, _), row in zip(page, rows, strict=True):
+                if row is not None:  # a done task always has its row
+                    yield shard, load_json(row)
+
+    def failures(self) -> Iterator[tuple[int, str, str]]:
+        """See :meth:`Queue.failures`."""
+        for page in self._pages("failed"):
+            ids = [tid for _, tid in page]
+            states = self._call(self._r.hmget, self._k["state"], ids)
+            reasons = self._call(self._r.hmget, self._k["failure"], ids)
+            for (shard, _), state, reason in zip(page, states, reasons, strict=True):
+                if state in (b"failed", b"dead"):
+                    yield shard, state.decode(), (reason or b"").decode()
+
+    def _pages(self, zset: str) -> Iterator[list[tuple[int, bytes]]]:
+        after = "-inf"
+        while True:
+            page = self._call(self._r.zrangebyscore, self._k[zset], after, "+inf", start=0, num=_BATCH,
+                              withscores=True)
+            if page:
+                yield [(int(score), tid) for tid, score in page]
+            if len(page) < _BATCH:
+                return
+            after = f"({int(page[-1][1])}"
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except redis_lib.RedisError as exc:
+            raise QueueUnavailable(f"redis stream {self.stream}: {exc}") from exc
+
+    def close(self) -> None:
+        """See :meth:`Queue.close`."""
+        self._r.close()
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))

@@ -1,0 +1,304 @@
+"""The embedded queue: one sqlite file in WAL mode, shared by the worker processes of one host.
+
+Every state change is one sqlite transaction, so ``kill -9`` of any process at any moment leaves
+the file consistent: a claim either happened (the lease is in the file and expires) or did not.
+Opening a queue never touches in-flight tasks; only leases past their expiry are reclaimable.
+
+Lease expiry times are wall-clock seconds (``time.time()``), because several processes compare
+them and a monotonic clock is per boot, not shared. A wall clock stepped forward expires leases
+early (a task is then processed twice, with one result row); stepped back, it delays reclaiming a
+dead worker's tasks by the step. Keep hosts on NTP.
+
+One :class:`SqliteQueue` per process (never share one across ``fork``); it is safe to use from
+several threads of that process. The file must be on a local filesystem (WAL needs shared memory).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuprov.images.queue.base import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_ATTEMPTS,
+    QueueError,
+    QueueStats,
+    QueueUnavailable,
+    Task,
+    UnknownTask,
+    check_claim_args,
+    check_config,
+    dump_json,
+    load_json,
+    task_id,
+    task_key,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+_PAGE = 1000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    shard INTEGER NOT NULL UNIQUE,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'leased', 'done', 'failed', 'dead')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    worker TEXT,
+    lease_expires REAL,
+    reason TEXT
+);
+CREATE INDEX IF NOT EXISTS tasks_state_shard ON tasks (state, shard);
+CREATE INDEX IF NOT EXISTS tasks_state_lease ON tasks (state, lease_expires);
+CREATE TABLE IF NOT EXISTS results (
+    task_id TEXT PRIMARY KEY REFERENCES tasks (id),
+    row TEXT NOT NULL
+);
+"""
+
+
+class SqliteQueue:
+    """A :class:`gpuprov.images.queue.base.Queue` in one sqlite file (created if missing).
+
+    ``max_attempts``: claims before a task is dead-lettered. ``lease_s``: the default lease in
+    seconds, for callers that have none of their own. ``busy_timeout_s``: how long a transaction
+    waits for another process's write lock before :class:`QueueUnavailable` is raised.
+    Raises :class:`QueueUnavailable` if the file cannot be opened or is not a gpuprov queue.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_s: float = DEFAULT_LEASE_S,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
+        check_config(max_attempts, lease_s)
+        self.path = Path(path)
+        self.max_attempts = max_attempts
+        self.lease_s = lease_s
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal":
+                raise QueueUnavailable(f"{self.path}: sqlite refused WAL mode (got {mode!r}); use a local filesystem")
+            # NORMAL is durable against a killed process (the WAL is in the OS cache); a power
+            # loss may drop the last transactions, which only means some tasks run again.
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            with self._tx():
+                for statement in _statements():
+                    self._db.execute(statement)
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                (version,) = self._db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+            if version != str(SCHEMA_VERSION):
+                raise QueueUnavailable(f"{self.path}: queue schema {version}, this gpuprov reads {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise QueueUnavailable(f"{self.path}: cannot open the sqlite queue: {exc}") from exc
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db, self._lock, self.path)
+
+    def submit(self, payloads: Iterable[dict[str, Any]]) -> int:
+        """See :meth:`Queue.submit`."""
+        rows = [(task_id(task_key(p)), dump_json(p, "task payload")) for p in payloads]
+        new = 0
+        with self._tx():
+            (shard,) = self._db.execute("SELECT COALESCE(MAX(shard) + 1, 0) FROM tasks").fetchone()
+            for tid, payload in rows:
+                cur = self._db.execute(
+                    "INSERT OR IGNORE INTO tasks (id, shard, payload) VALUES (?, ?, ?)", (tid, shard, payload)
+                )
+                if cur.rowcount == 1:
+                    shard += 1
+                    new += 1
+        log.debug("submitted %d new of %d tasks to %s", new, len(rows), self.path)
+        return new
+
+    def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
+        """See :meth:`Queue.claim`. Expired leases are reclaimed before new tasks, oldest shard first."""
+        check_claim_args(worker, k, lease_s)
+        claimed: list[Task] = []
+        with self._tx():
+            now = time.time()
+            expires = now + lease_s
+            while len(claimed) < k:
+                want = k - len(claimed)
+                rows = self._db.execute(
+                    "SELECT id, shard, payload, attempts, state, worker FROM tasks"
+                    " WHERE state = 'leased' AND lease_expires <= ? ORDER BY shard LIMIT ?",
+                    (now, want),
+                ).fetchall()
+                rows += self._db.execute(
+                    "SELECT id, shard, payload, attempts, state, worker FROM tasks"
+                    " WHERE state = 'pending' ORDER BY shard LIMIT ?",
+                    (want - len(rows),),
+                ).fetchall()
+                if not rows:
+                    break
+                for tid, shard, payload, attempts, state, holder in rows:
+                    if attempts >= self.max_attempts:
+                        why = f"lease of worker {holder} expired" if state == "leased" else "retried"
+                        self._db.execute(
+                            "UPDATE tasks SET state = 'dead', worker = NULL, lease_expires = NULL, reason = ?"
+                            " WHERE id = ?",
+                            (f"{why} after {attempts} of {self.max_attempts} attempts", tid),
+                        )
+                        continue
+                    self._db.execute(
+                        "UPDATE tasks SET state = 'leased', attempts = ?, worker = ?, lease_expires = ? WHERE id = ?",
+                        (attempts + 1, worker, expires, tid),
+                    )
+                    claimed.append(Task(id=tid, shard=shard, payload=load_json(payload), attempts=attempts + 1))
+        return claimed
+
+    def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
+        """See :meth:`Queue.extend`."""
+        check_claim_args(worker, 1, lease_s)
+        with self._tx():
+            expires = time.time() + lease_s
+            self._db.executemany(
+                "UPDATE tasks SET lease_expires = ? WHERE id = ? AND state = 'leased' AND worker = ?",
+                [(expires, tid, worker) for tid in task_ids],
+            )
+
+    def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
+        """See :meth:`Queue.complete`."""
+        rows = [(tid, dump_json(row, "result row")) for tid, row in results]
+        new = 0
+        with self._tx():
+            self._require(tid for tid, _ in rows)
+            for tid, row in rows:
+                cur = self._db.execute("INSERT OR IGNORE INTO results (task_id, row) VALUES (?, ?)", (tid, row))
+                if cur.rowcount == 1:
+                    new += 1
+                    self._db.execute(
+                        "UPDATE tasks SET state = 'done', worker = NULL, lease_expires = NULL, reason = NULL"
+                        " WHERE id = ? AND state != 'done'",
+                        (tid,),
+                    )
+        if new < len(rows):
+            log.debug("worker %s: %d of %d completions were already recorded", worker, len(rows) - new, len(rows))
+        return new
+
+    def fail(self, worker: str, task_id: str, reason: str, *, retry: bool) -> None:
+        """See :meth:`Queue.fail`."""
+        with self._tx():
+            self._require([task_id])
+            row = self._db.execute(
+                "SELECT attempts FROM tasks WHERE id = ? AND state = 'leased' AND worker = ?", (task_id, worker)
+            ).fetchone()
+            if row is None:
+                log.debug("worker %s does not hold task %s; fail ignored", worker, task_id)
+                return
+            if not retry:
+                state = "failed"
+            elif row[0] >= self.max_attempts:
+                state, reason = "dead", f"{reason} (after {row[0]} of {self.max_attempts} attempts)"
+            else:
+                state = "pending"
+            self._db.execute(
+                "UPDATE tasks SET state = ?, reason = ?, worker = NULL, lease_expires = NULL WHERE id = ?",
+                (state, reason, task_id),
+            )
+
+    def stats(self) -> QueueStats:
+        """See :meth:`Queue.stats`."""
+        with self._lock:
+            counts = dict(self._db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
+        return QueueStats(**{s: counts.get(s, 0) for s in ("pending", "leased", "done", "failed", "dead")})
+
+    def results(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """See :meth:`Queue.results`. Reads in pages of 1000 rows, so a long iteration holds no lock."""
+        after = -1
+        while True:
+            with self._lock:
+                page = self._db.execute(
+                    "SELECT t.shard, r.row FROM results r JOIN tasks t ON t.id = r.task_id"
+                    " WHERE t.shard > ? ORDER BY t.shard LIMIT ?",
+                    (after, _PAGE),
+                ).fetchall()
+            for shard, row in page:
+                yield shard, load_json(row)
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
+
+    def failures(self) -> Iterator[tuple[int, str, str]]:
+        """See :meth:`Queue.failures`."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT shard, state, COALESCE(reason, '') FROM tasks WHERE state IN ('failed', 'dead') ORDER BY shard"
+            ).fetchall()
+        yield from ((shard, state, reason) for shard, state, reason in rows)
+
+    def close(self) -> None:
+        """See :meth:`Queue.close`."""
+        with self._lock:
+            self._db.close()
+
+    def _require(self, task_ids: Iterable[str]) -> None:
+        ids = list(dict.fromkeys(task_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found = {r[0] for r in self._db.execute(f"SELECT id FROM tasks WHERE id IN ({marks})", chunk)}
+            missing = [tid for tid in chunk if tid not in found]
+            if missing:
+                raise UnknownTask(f"{self.path}: no such task: {', '.join(missing[:5])}")
+
+
+def _statements() -> list[str]:
+    return [s.strip() for s in _SCHEMA.split(";") if s.strip()]
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) under the connection's thread lock.
+
+    IMMEDIATE takes the write lock up front, so a claim's read and its updates see one state and k
+    tasks are leased atomically; other processes wait up to the busy timeout.
+    """
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock, path: Path) -> None:
+        self._db, self._lock, self._path = db, lock, path
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            self._lock.release()
+            raise QueueUnavailable(f"{self._path}: cannot lock the sqlite queue: {exc}") from exc
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            if exc_type is None:
+                try:
+                    self._db.execute("COMMIT")
+                except sqlite3.Error as err:
+                    self._rollback()
+                    raise QueueError(f"{self._path}: commit failed: {err}") from err
+            else:
+                self._rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise QueueUnavailable(f"{self._path}: sqlite error: {exc}") from exc
+        finally:
+            self._lock.release()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")

@@ -1,0 +1,53 @@
+"""Queue fixtures: ``queue_url`` gives a fresh, empty queue URL per test on each backend."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest_redis import redis_url
+
+from gpuprov.images.queue import Queue, open_queue
+
+__all__ = ["make_url", "queue_url", "redis_url"]
+
+BACKENDS = ("sqlite", "redis")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The queue backend under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Returns ``f(query)``: the URL of this test's queue (same store on every call) with a query string."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    if backend == "redis":
+        base = f"{request.getfixturevalue('redis_url')}?stream={name}"
+    else:
+        base = f"sqlite://{tmp_path / name}.db"
+
+    def url(query: str = "") -> str:
+        if not query:
+            return base
+        return f"{base}{'&' if '?' in base else '?'}{query}"
+
+    return url
+
+
+@pytest.fixture
+def queue_url(make_url: Callable[[str], str]) -> str:
+    """A fresh queue URL with the default options."""
+    return make_url("")
+
+
+@pytest.fixture
+def queue(make_url: Callable[[str], str]) -> Iterator[Queue]:
+    """A fresh queue with max_attempts=3."""
+    q = open_queue(make_url("max_attempts=3"))
+    yield q
+    q.close()

@@ -1,0 +1,78 @@
+"""open_queue: URL forms, options and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE
+from gpuprov.images.queue import QueueUnavailable, QueueURLError, open_queue
+from gpuprov.images.queue.redis import DEFAULT_STREAM, RedisQueue
+from gpuprov.images.queue.sqlite import SqliteQueue
+
+
+def test_sqlite_absolute_and_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = open_queue(f"sqlite://{tmp_path}/abs.db?max_attempts=2&lease_s=4")
+    assert isinstance(q, SqliteQueue)
+    assert (q.path, q.max_attempts, q.lease_s) == (tmp_path / "abs.db", 2, 4.0)
+    q.close()
+    monkeypatch.chdir(tmp_path)
+    q = open_queue("sqlite:rel/../rel.db")
+    assert isinstance(q, SqliteQueue)
+    q.close()
+    assert q.path == Path("rel/../rel.db")
+
+
+def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
+    import sqlite3
+
+    open_queue(f"sqlite://{tmp_path}/q.db").close()
+    with sqlite3.connect(tmp_path / "q.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://db/q",
+        "sqlite://host/q.db",
+        "sqlite:",
+        "sqlite:q.db?max_attempts=zero",
+        "sqlite:q.db?max_attempts=0",
+        "sqlite:q.db?lease_s=-1",
+        "sqlite:q.db?colour=blue",
+        "redis://127.0.0.1:1/0?stream=",
+    ],
+)
+def test_bad_urls_are_usage_errors(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(QueueURLError) as err:
+        open_queue(url)
+    assert err.value.exit_code == EXIT_USAGE
+
+
+def test_unopenable_sqlite_file_is_an_environment_error(tmp_path: Path) -> None:
+    with pytest.raises(QueueUnavailable) as err:
+        open_queue(f"sqlite://{tmp_path}/missing-dir/q.db")
+    assert err.value.exit_code == EXIT_ENVIRONMENT
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(QueueUnavailable):
+        open_queue(f"sqlite://{tmp_path}/junk.db")
+
+
+def test_unreachable_redis_is_an_environment_error() -> None:
+    with pytest.raises(QueueUnavailable) as err:
+        open_queue("redis://127.0.0.1:1/0")
+    assert err.value.exit_code == EXIT_ENVIRONMENT
+
+
+def test_redis_stream_and_options(redis_url: str) -> None:
+    q = open_queue(f"{redis_url}?stream=s1&max_attempts=9&lease_s=2")
+    assert isinstance(q, RedisQueue)
+    assert (q.stream, q.max_attempts, q.lease_s) == ("s1", 9, 2.0)
+    q.close()
+    q = open_queue(redis_url)
+    assert isinstance(q, RedisQueue)
+    assert q.stream == DEFAULT_STREAM
+    q.close()
