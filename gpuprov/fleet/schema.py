@@ -133,6 +133,29 @@ class ImageWorkers(Strict):
     batch: AutoOrPositive = "auto"
 
 
+class SecureBoot(Strict):
+    """Module signing under Secure Boot: the site's MOK key pair (paths on the host; the key is never logged)."""
+
+    mok_key: FilePath | None = None
+    mok_cert: FilePath | None = None
+
+
+Severity = Literal["fail", "warn", "info"]
+
+
+class BiosCheck(Strict):
+    """bios_check thresholds: which severities fail a host, RAM, PSU headroom, load, BAR1 and severity overrides."""
+
+    fail_on: list[Severity] = ["fail"]
+    min_ram_gb: PositiveInt = 64
+    cpu_tdp_watts: Annotated[int, Field(ge=0)] = 700
+    psu_headroom_pct: Annotated[int, Field(ge=0, le=200)] = 25
+    load_utilization_pct: Annotated[int, Field(ge=1, le=100)] = 50
+    min_bar1_mib: AutoOrPositive = "auto"
+    vfio_hypervisor: bool = False
+    severity: dict[Name, Severity] = {}
+
+
 class Settings(Strict):
     """Settings of one layer (fleet, group or host) or, after the merge, of one host."""
 
@@ -150,6 +173,8 @@ class Settings(Strict):
     reboot: Reboot = Reboot()
     psu_watts: PositiveInt | None = None
     image_workers: ImageWorkers = ImageWorkers()
+    secure_boot: SecureBoot = SecureBoot()
+    bios_check: BiosCheck = BiosCheck()
 
 
 class Ssh(Strict):
