@@ -8,6 +8,7 @@ of a role's interface (STYLE rule 2), so nothing here can drift from the playboo
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,12 @@ def _specs(role: str) -> tuple[str, tuple[str, ...]]:
     description = main.get("description") or []
     if isinstance(description, str):
         description = [description]
-    return str(main.get("short_description", "")), tuple(str(d) for d in description)
+    return _plain(str(main.get("short_description", ""))), tuple(_plain(str(d)) for d in description)
+
+
+def _plain(text: str) -> str:
+    """Drop Ansible's documentation markup: ``C(x)``, ``I(x)``, ``B(x)``, ``V(x)``, ``O(x)`` -> ``x``."""
+    return re.sub(r"\b[CIBVO]\(([^()]*)\)", r"\1", text)
 
 
 def list_roles() -> list[RoleInfo]:
