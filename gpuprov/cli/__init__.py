@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "check": "check",
     "lab": "lab",
     "facts": "facts",
+    "doctor": "doctor",
 }
 
 

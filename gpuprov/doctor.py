@@ -1,0 +1,442 @@
+"""``gpuprov doctor``: collect a host's facts (locally, or on a fleet's hosts) and apply the doctor rules.
+
+The rules are ``roles/gpuprov_common/module_utils/gpuprov_doctor.py`` (pure, Python 3.8); bios_check's PCIe,
+BAR and lost-GPU rules come from ``gpuprov_findings.py``. The facts come from the code that already reads them:
+the NVML collector (:mod:`gpuprov.facts`), ``platform_info``, ``gpu_pci_info`` and ``kernel_dkms_info``. Locally
+those files are loaded with :mod:`importlib`; for a fleet a one-play run executes the same modules on every host
+and the facts are taken from the runner events' registered results, never from ansible-playbook's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.resources import roles_dir
+
+log = logging.getLogger(__name__)
+
+#: gpu_pci_info's default module list (the module's own default, repeated for the local call).
+PCI_MODULES = ["nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "vfio_pci"]
+
+
+def _load(name: str, relative: str) -> ModuleType:
+    """Import a file of roles/gpuprov_common under ``name`` (once), as Ansible would resolve it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = roles_dir() / "gpuprov_common" / relative
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise EnvironmentMissing(f"{path} is missing: reinstall gpuprov")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def rules() -> ModuleType:
+    """The doctor rules module (``gpuprov_doctor.py``)."""
+    return _load("gpuprov_doctor_rules", "module_utils/gpuprov_doctor.py")
+
+
+@cache
+def findings() -> ModuleType:
+    """bios_check's rules module (``gpuprov_findings.py``)."""
+    return _load("gpuprov_findings_rules", "module_utils/gpuprov_findings.py")
+
+
+def _library(name: str) -> ModuleType:
+    _load("ansible.module_utils.gpuprov_kernels", "module_utils/gpuprov_kernels.py")
+    return _load(f"gpuprov_doctor_{name}", f"library/{name}.py")
+
+
+def diagnose(facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Apply the doctor rules (and bios_check's kept rules) to one host's facts."""
+    result: list[dict[str, Any]] = rules().diagnose(facts, findings().evaluate)
+    return result
+
+
+# -- local collection ----------------------------------------------------------------------------------------
+
+
+def _run(argv: list[str]) -> tuple[int | None, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None, ""
+    return proc.returncode, proc.stdout
+
+
+def kernel_facts(running: str | None = None, modules_dir: str = "/lib/modules", boot_dir: str = "/boot",
+                 src_dir: str = "/usr/src") -> dict[str, Any]:
+    """The running kernel's row of kernel_dkms_info (its own ``kernel_entry``), from ``dkms status``/``modinfo``."""
+    info = _library("kernel_dkms_info")
+    running = running or os.uname().release
+    _rc, out = _run(["dkms", "status"])
+    entries = info.parse_dkms_status(out)
+    versions: dict[str, set[str]] = {}
+    for entry in entries:
+        versions.setdefault(entry["module"], set()).add(entry["version"])
+    kernels_utils = sys.modules["ansible.module_utils.gpuprov_kernels"]
+    dkms_versions = {k: sorted(v, key=kernels_utils.version_key) for k, v in versions.items()}
+
+    def modinfo(kernel: str, name: str) -> tuple[str | None, str]:
+        rc, filename = _run(["modinfo", "-k", kernel, "-F", "filename", name])
+        if rc != 0 or not filename.strip():
+            return None, ""
+        rc, signer = _run(["modinfo", "-k", kernel, "-F", "signer", name])
+        return filename.strip().splitlines()[0], signer.strip() if rc == 0 else ""
+
+    params = {"modules_dir": modules_dir, "boot_dir": boot_dir, "src_dir": src_dir, "modules": ["nvidia"]}
+    row = info.kernel_entry(running, params, entries, dkms_versions, modinfo)
+    row["running"] = True
+    return {"running_kernel": running, "kernels": [row], "problems": info.problems_of([row], [])}
+
+
+def module_log(kernel_log_path: str | None) -> list[str]:
+    """Kernel log lines that the Secure Boot rule reads, from a file or ``journalctl -k -b``."""
+    if kernel_log_path:
+        try:
+            text = Path(kernel_log_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+    else:
+        _rc, text = _run(["journalctl", "-k", "-b", "--no-pager", "-q"])
+    return [line for line in text.splitlines() if rules().SECURE_BOOT_LOG.search(line)]
+
+
+def device_holders(proc_root: str = "/proc") -> list[dict[str, Any]]:
+    """Processes with ``/dev/nvidia*`` open, from a ``<proc_root>/*/fd`` scan (what ``fuser -v`` reads)."""
+    out = []
+    for pid_dir in Path(proc_root).iterdir() if Path(proc_root).is_dir() else []:
+        if not pid_dir.name.isdigit():
+            continue
+        devices: set[str] = set()
+        with contextlib.suppress(OSError):
+            for fd in (pid_dir / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = str(fd.readlink())
+                    if target.startswith("/dev/nvidia"):
+                        devices.add(target)
+        if devices:
+            try:
+                command = (pid_dir / "comm").read_text(encoding="utf-8").strip()
+            except OSError:
+                command = "?"
+            out.append({"pid": int(pid_dir.name), "command": command, "devices": sorted(devices)})
+    return sorted(out, key=lambda p: int(p["pid"]))
+
+
+def _nvml_extras(nv: Any, count: int) -> tuple[dict[str, int], list[int] | None]:
+    """Throttle reasons per GPU index and the pids NVML lists on any GPU (None when it cannot say)."""
+    throttle: dict[str, int] = {}
+    pids: list[int] | None = []
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError:
+        return throttle, None
+    try:
+        for index in range(count):
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+            except nv.NVMLError:
+                continue
+            reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+                nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            with contextlib.suppress(nv.NVMLError, TypeError):
+                throttle[str(index)] = int(reasons(handle)) if reasons else 0
+            for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                try:
+                    procs = getattr(nv, name)(handle)
+                except (nv.NVMLError, AttributeError):
+                    pids = None
+                    continue
+                if pids is not None:
+                    pids.extend(int(p.pid) for p in procs)
+    finally:
+        with contextlib.suppress(nv.NVMLError):
+            nv.nvmlShutdown()
+    return throttle, pids
+
+
+def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sys", proc_root: str = "/proc",
+                kernel_log_path: str | None = None, running_kernel: str | None = None) -> dict[str, Any]:
+    """Collect this machine's doctor facts. The roots let tests point the reads at fixture trees.
+
+    Raises:
+        EnvironmentMissing: neither NVML (pynvml) nor the PCI bus could be read: nothing can be checked. Exit 4.
+    """
+    from gpuprov.facts import load_collector
+
+    def collect_with(nv: Any) -> dict[str, Any]:
+        result: dict[str, Any] = load_collector().collect(nv, sysfs_root, proc_root)
+        return result
+
+    facts: dict[str, Any] = {}
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    pci = _library("gpu_pci_info").collect(sysfs_root, ["0x10de"], PCI_MODULES)
+    if pynvml is None and not pci["pci_readable"]:
+        raise EnvironmentMissing("pynvml (nvidia-ml-py) is not installed and the PCI bus is unreadable: "
+                                 "nothing to check (pip install nvidia-ml-py)")
+    facts["pci"] = pci
+    facts["platform"] = _library("platform_info").collect(sysfs_root, proc_root, kernel_log_path)
+    facts["kernel"] = kernel_facts(running_kernel)
+    facts["module_log"] = module_log(kernel_log_path)
+    facts["holders"] = device_holders(proc_root)
+    if pynvml is None:
+        return facts
+    facts["nvml"] = collect_with(pynvml)
+    series: dict[str, list[Any]] = {}
+    if facts["nvml"].get("available") and facts["nvml"].get("count"):
+        for n in range(max(1, samples)):
+            snapshot = facts["nvml"] if n == 0 else collect_with(pynvml)
+            for gpu in snapshot.get("gpus") or []:
+                series.setdefault(str(gpu["index"]), []).append((gpu.get("live") or {}).get("utilization_gpu_pct"))
+            if n < samples - 1:
+                time.sleep(window_s / max(1, samples - 1))
+        facts["throttle"], facts["nvml_pids"] = _nvml_extras(pynvml, int(facts["nvml"]["count"]))
+    facts["samples"] = {"window_s": window_s, "gpus": series}
+    return facts
+
+
+# -- fleet collection ----------------------------------------------------------------------------------------
+
+#: Play variables the fleet play reads (tests point them at fixture trees); defaults are the real paths.
+_V = "gpuprov_doctor"
+
+
+def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
+    """The one play ``gpuprov doctor FILE`` runs: the existing read-only modules, registered per task."""
+    pause = round(window_s / max(1, samples - 1), 2)
+    roots = {"sysfs_root": f"{{{{ {_V}_sysfs_root | default('/sys') }}}}"}
+    ro = {"check_mode": False, "changed_when": False}
+    return [{
+        "name": "Diagnose GPU hosts",
+        "hosts": "gpuprov",
+        "gather_facts": False,
+        "become": True,
+        "roles": [{"role": "gpuprov_common"}],
+        "tasks": [
+            {"name": "Read NVML facts", "nvml_facts": {}, "register": "__doctor_nvml", **ro},
+            {"name": "Read the platform", "platform_info": {
+                **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}",
+                "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
+             "register": "__doctor_platform", **ro},
+            {"name": "Read GPU PCI bindings", "gpu_pci_info": roots, "register": "__doctor_pci", **ro},
+            {"name": "Read kernels and DKMS", "kernel_dkms_info": {
+                "running_kernel": f"{{{{ {_V}_running_kernel | default(omit) }}}}"},
+             "register": "__doctor_kernel", **ro},
+            {"name": "Sample NVML utilisation", "nvml_facts": {}, "loop": f"{{{{ range({max(1, samples)}) | list }}}}",
+             "loop_control": {"pause": pause, "label": "sample {{ item }}"}, "register": "__doctor_samples", **ro},
+            {"name": "Find the NVIDIA device files", "ansible.builtin.find": {
+                "paths": "/dev", "patterns": "nvidia*", "file_type": "any"}, "register": "__doctor_dev", **ro},
+            # Only a CLI exists for this: fuser lists the holders on stderr; rc 1 means none, missing fuser 127.
+            {"name": "List processes holding the NVIDIA device files", "ansible.builtin.command": {
+                "argv": "{{ ['fuser', '-v'] + (__doctor_dev.files | map(attribute='path') | list) }}"},
+             "when": "__doctor_dev.files | length > 0", "failed_when": False, "register": "__doctor_fuser", **ro},
+            {"name": "Read module load errors from the kernel log", "ansible.builtin.command": {
+                "argv": ["journalctl", "-k", "-b", "--no-pager", "-q", "--grep",
+                         "unsigned module|Key was rejected|module verification failed"]},
+             "when": f"{_V}_kernel_log_path is not defined", "failed_when": False, "register": "__doctor_log", **ro},
+            {"name": "Read the kernel log file", "ansible.builtin.slurp": {"src": f"{{{{ {_V}_kernel_log_path }}}}"},
+             "when": f"{_V}_kernel_log_path is defined", "register": "__doctor_log_file", **ro},
+        ],
+    }]
+
+
+_FUSER_LINE = re.compile(r"^(?:(?P<dev>/dev/\S+):)?\s+(?P<user>\S+)\s+(?P<pid>\d+)\s+\S+\s+(?P<cmd>\S+)\s*$")
+
+
+def parse_fuser(text: str) -> list[dict[str, Any]]:
+    """``fuser -v`` table (stderr) -> [{pid, command, devices}]; continuation lines inherit the device."""
+    holders: dict[int, dict[str, Any]] = {}
+    device = None
+    for line in text.splitlines():
+        match = _FUSER_LINE.match(line)
+        if not match:
+            continue
+        device = match.group("dev") or device
+        pid = int(match.group("pid"))
+        entry = holders.setdefault(pid, {"pid": pid, "command": match.group("cmd"), "devices": []})
+        if device and device not in entry["devices"]:
+            entry["devices"].append(device)
+    return [holders[pid] for pid in sorted(holders)]
+
+
+class DoctorEvents:
+    """ansible-runner event handler turning each host's registered results into doctor facts."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event.get("event") != "runner_on_ok":
+            return
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        host, task = str(data.get("host") or ""), str(data.get("task") or "")
+        if not host or not isinstance(res, dict):
+            return
+        facts = self.facts.setdefault(host, {})
+        if task == "Read NVML facts":
+            facts["nvml"] = (res.get("ansible_facts") or {}).get("gpuprov_gpus")
+        elif task == "Read the platform":
+            facts["platform"] = res.get("platform")
+        elif task == "Read GPU PCI bindings":
+            facts["pci"] = {k: res.get(k) for k in ("devices", "modules", "loaded_modules", "bindings", "pci_readable")}
+        elif task == "Read kernels and DKMS":
+            facts["kernel"] = {k: res.get(k) for k in ("running_kernel", "kernels", "problems")}
+        elif task == "Sample NVML utilisation":
+            series: dict[str, list[Any]] = {}
+            for item in res.get("results") or []:
+                for gpu in ((item.get("ansible_facts") or {}).get("gpuprov_gpus") or {}).get("gpus") or []:
+                    live = gpu.get("live") or {}
+                    series.setdefault(str(gpu.get("index")), []).append(live.get("utilization_gpu_pct"))
+            facts["samples"] = {"gpus": series}
+        elif task == "List processes holding the NVIDIA device files" and res.get("rc") in (0, 1):
+            facts["holders"] = parse_fuser(str(res.get("stderr") or ""))
+        elif task == "Read module load errors from the kernel log" and res.get("rc") in (0, 1):
+            facts["module_log"] = str(res.get("stdout") or "").splitlines()
+        elif task == "Read the kernel log file" and res.get("content"):
+            import base64
+
+            text = base64.b64decode(str(res["content"])).decode("utf-8", "replace")
+            facts["module_log"] = [line for line in text.splitlines() if rules().SECURE_BOOT_LOG.search(line)]
+
+
+@dataclass
+class FleetDoctor:
+    """Per host: facts and diagnoses; ``failed`` maps failed or unreachable hosts to the error."""
+
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    diagnoses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+
+def _prepare(fleet_path: Path, name: str, limit: str | None) -> tuple[Path, Path]:
+    from gpuprov.engine import _check_limit
+    from gpuprov.exceptions import ConfigError
+    from gpuprov.fleet import load_fleet
+    from gpuprov.render import render_inventory
+    from gpuprov.resources import state_dir
+    from gpuprov.runner import new_run_dir
+
+    if not fleet_path.is_file():
+        raise ConfigError(f"{fleet_path}: no such fleet file - pass the path of a fleet file (see docs/design.md)")
+    fleet = load_fleet(fleet_path)
+    run_dir = new_run_dir(state_dir(), name)
+    inventory = render_inventory(fleet, run_dir / "inventory")
+    _check_limit(inventory, limit)
+    return run_dir, inventory
+
+
+def _write_play(run_dir: Path, name: str, play: list[dict[str, Any]]) -> Path:
+    import yaml
+
+    path = run_dir / "project" / f"{name}.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("---\n" + yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def fleet_doctor(fleet_path: Path, limit: str | None = None, window_s: float = 10.0, samples: int = 5,
+                 extravars: dict[str, str] | None = None) -> FleetDoctor:
+    """Run the doctor play on the fleet's hosts and diagnose each from its registered results.
+
+    Raises:
+        FleetValidationError / ConfigError: invalid fleet file or ``--limit``. Exit 2.
+        PlaybookError: ansible-playbook could not run the play at all.
+    """
+    from gpuprov.runner import RunRequest, run_playbook
+
+    run_dir, inventory = _prepare(fleet_path, "doctor", limit)
+    playbook = _write_play(run_dir, "doctor", doctor_play(samples, window_s))
+    events = DoctorEvents()
+    request = RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+                         limit=limit, extravars=dict(extravars or {}))
+    result = run_playbook(request, on_event=events)
+    failed = {name: "; ".join(f["msg"] for f in result.hosts[name].failures) or result.hosts[name].status
+              for name in result.failed_hosts}
+    out = FleetDoctor(failed=failed, run_dir=run_dir)
+    for host, facts in sorted(events.facts.items()):
+        if host in failed:
+            continue
+        facts.setdefault("samples", {})["window_s"] = window_s
+        out.facts[host] = facts
+        out.diagnoses[host] = diagnose(facts)
+    return out
+
+
+# -- safe repairs ------------------------------------------------------------------------------------------
+
+
+def fix_local(diagnoses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run each fixable diagnosis's action here; returns [{id, action, rc, output}] (one per distinct action)."""
+    done: list[dict[str, Any]] = []
+    for diagnosis in diagnoses:
+        action = diagnosis.get("action")
+        if not diagnosis.get("fixable") or not action or any(d["action"] == action for d in done):
+            continue
+        try:
+            proc = subprocess.run(action, capture_output=True, text=True, timeout=600, check=False)
+            rc, output = proc.returncode, (proc.stdout + proc.stderr).strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            rc, output = 127, str(exc)
+        log.info("doctor fix %s: %s -> rc %s", diagnosis["id"], " ".join(action), rc)
+        done.append({"id": diagnosis["id"], "action": action, "rc": rc, "output": output[-2000:]})
+    return done
+
+
+def fix_fleet(fleet_path: Path, diagnoses: dict[str, list[dict[str, Any]]],
+              limit: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run the fixable actions on their hosts (one play, a command task per host and action).
+
+    Returns host -> [{id, action, rc, output}] from the runner events' results.
+    """
+    from gpuprov.runner import RunRequest, run_playbook
+
+    tasks = []
+    for host, items in sorted(diagnoses.items()):
+        seen: list[list[str]] = []
+        for d in items:
+            if d.get("fixable") and d.get("action") and d["action"] not in seen:
+                seen.append(d["action"])
+                tasks.append({"name": f"Fix {d['id']} on {host}", "ansible.builtin.command": {"argv": d["action"]},
+                              "when": f"inventory_hostname == {host!r}", "failed_when": False})
+    if not tasks:
+        return {}
+    run_dir, inventory = _prepare(fleet_path, "doctor-fix", limit)
+    play = [{"name": "Apply safe doctor repairs", "hosts": "gpuprov", "gather_facts": False, "become": True,
+             "tasks": tasks}]
+    playbook = _write_play(run_dir, "doctor-fix", play)
+    done: dict[str, list[dict[str, Any]]] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and isinstance(res, dict) and "cmd" in res:
+            task = str(data.get("task") or "")
+            done.setdefault(str(data.get("host")), []).append({
+                "id": task.split(" ")[1] if task.startswith("Fix ") else task, "action": res.get("cmd"),
+                "rc": res.get("rc"), "output": (str(res.get("stdout") or "") + str(res.get("stderr") or ""))[-2000:]})
+
+    run_playbook(RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+                            limit=limit), on_event=on_event)
+    return done
