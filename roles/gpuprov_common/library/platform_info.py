@@ -225,6 +225,21 @@ def parse_lspci(text):
     return out
 
 
+#: IORESOURCE_MEM_64 (include/linux/ioport.h): the resource is a 64-bit memory BAR.
+IORESOURCE_MEM_64 = 0x00100000
+
+
+def nvidia_bar1_index(bars):
+    """Resource index of NVIDIA's "BAR1" (the framebuffer aperture): the memory BAR after BAR0.
+
+    A 64-bit BAR takes two BAR registers, so when BAR0 is 64-bit (data-centre GPUs such as H100/H200:
+    seen on the real H200 host, whose sysfs resource file shows 16 MiB at index 0, nothing at 1 and the
+    256 GiB aperture at 2) BAR1 is at index 2; when BAR0 is 32-bit it is at index 1.
+    """
+    bar0 = next((b for b in bars if b["index"] == 0), None)
+    return 2 if bar0 and bar0["flags"] & IORESOURCE_MEM_64 else 1
+
+
 def _resource(path):
     """BAR list from a sysfs resource file: [{index, start, size, flags}]."""
     text = _read(path)
@@ -270,7 +285,7 @@ def pci(sysfs_root, lspci_text):
             bars = _resource(os.path.join(base, "resource"))
             entry["bars"] = bars
             if bars is not None:
-                bar1 = next((b for b in bars if b["index"] == 1), None)
+                bar1 = next((b for b in bars if b["index"] == nvidia_bar1_index(bars)), None)
                 entry["bar1"] = {
                     "assigned": bool(bar1 and bar1["size"]),
                     "start": bar1["start"] if bar1 else 0,

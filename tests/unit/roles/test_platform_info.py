@@ -170,3 +170,26 @@ def test_kernel_log_events(
 ) -> None:
     p = collect(platform_info, build_tree(tmp_path, healthy_h200(kernel_log=lines)))
     assert [(e["kind"], e["bus_id"], e["xid"]) for e in p["kernel_log"]["events"]] == expected
+
+
+# The sysfs resource file of a real H200 (device host, 2026-11-30): BAR0 is a 64-bit BAR, so it takes
+# register slots 0 and 1 and the 256 GiB framebuffer aperture ("BAR1") sits at resource index 2.
+REAL_H200_RESOURCE = "\n".join([
+    "0x0000104040000000 0x0000104040ffffff 0x000000000014220c",
+    "0x0000000000000000 0x0000000000000000 0x0000000000000000",
+    "0x0000100000000000 0x0000103fffffffff 0x000000000014220c",
+    "0x0000000000000000 0x0000000000000000 0x0000000000000000",
+    "0x000010403e000000 0x000010403fffffff 0x000000000014220c",
+    "0x0000000000000000 0x0000000000000000 0x0000000000000000",
+]) + "\n"
+
+
+def test_bar1_of_a_gpu_with_64_bit_bar0(platform_info: ModuleType, tmp_path: Path) -> None:
+    """Regression: on the real H200 host the BAR1 aperture was misread as unmapped (slot 1 is BAR0's upper half)."""
+    resource = tmp_path / "resource"
+    resource.write_text(REAL_H200_RESOURCE, encoding="utf-8")
+    bars = platform_info._resource(str(resource))
+    assert platform_info.nvidia_bar1_index(bars) == 2
+    bar1 = next(b for b in bars if b["index"] == 2)
+    assert bar1["size"] == 256 * 1024**3
+    assert bar1["start"] >= 4 * 1024**3
