@@ -1,0 +1,185 @@
+"""Benchmark: decode + resize 224 + ResNet-50 end to end, three ways, on the same images.
+
+(a) ``naive``: the seeds' loop - PIL open per image, torchvision transforms, batch 1, one process.
+(b) ``dataloader``: a plain torch DataLoader (workers, pinned memory, prefetch) with CPU decode.
+(c) ``gpuprov``: ``gpuprov images`` workers (one per GPU, nvJPEG batch decode, sqlite queue) on 1
+    GPU and, where there are two, on 2 GPUs.
+
+ResNet-50 has random weights (``torchvision.models.resnet50(weights=None)``, no download), fp16 and
+channels_last on a GPU (fp32 on CPU). Images are repeated under distinct queue keys to reach
+``--images``. Prints images/s per mode and the ratios; ``--json`` writes them.
+
+    python benchmarks/images_bench.py --data DIR --images 2000 [--modes naive,dataloader,gpuprov1,gpuprov2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from torchvision.transforms import v2
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+HALF = DEVICE == "cuda"
+
+
+def resnet50() -> Any:
+    model = torchvision.models.resnet50(weights=None).eval().to(DEVICE, memory_format=torch.channels_last)
+    return model.half() if HALF else model
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def naive(paths: list[Path], n: int) -> float:
+    from PIL import Image
+
+    model = resnet50()
+    tf = v2.Compose([
+        v2.PILToTensor(), v2.Resize(256, antialias=True), v2.CenterCrop(224),
+        v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+    ])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(n):
+            with Image.open(paths[i % len(paths)]) as im:
+                x = tf(im.convert("RGB")).unsqueeze(0).to(DEVICE, memory_format=torch.channels_last)
+            out = model(x.half() if HALF else x)
+            out.argmax().item()
+    _sync()
+    return n / (time.perf_counter() - t0)
+
+
+class _Files(torch.utils.data.Dataset[Any]):
+    def __init__(self, paths: list[Path], n: int) -> None:
+        self.paths, self.n = paths, n
+        self.tf = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224)])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        data = torchvision.io.read_file(str(self.paths[i % len(self.paths)]))
+        img = torchvision.io.decode_image(data, mode=torchvision.io.ImageReadMode.RGB)
+        return self.tf(img)
+
+
+def dataloader(paths: list[Path], n: int, workers: int, batch: int) -> float:
+    model = resnet50()
+    mean = torch.tensor([0.485, 0.456, 0.406], device=DEVICE).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=DEVICE).view(1, 3, 1, 1) * 255
+    loader = torch.utils.data.DataLoader(_Files(paths, n), batch_size=batch, num_workers=workers,
+                                         pin_memory=DEVICE == "cuda",
+                                         prefetch_factor=4 if workers else None)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for cpu_batch in loader:
+            x = cpu_batch.to(DEVICE, non_blocking=True).float().sub_(mean).div_(std)
+            x = x.contiguous(memory_format=torch.channels_last)
+            model(x.half() if HALF else x).argmax(1).cpu()
+    _sync()
+    return n / (time.perf_counter() - t0)
+
+
+def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int) -> dict[str, float]:
+    from gpuprov.images.queue import open_queue
+    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
+
+    model_file = work / "resnet50.pt"
+    if not model_file.exists():
+        m = torchvision.models.resnet50(weights=None).eval()
+        torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(model_file))
+    url = f"sqlite:///{work}/q-{gpus.replace(',', '_')}.db"
+    q = open_queue(url)
+    q.submit({"path": str(paths[i % len(paths)]), "key": f"{i}"} for i in range(n))
+    q.close()
+    slots = resolve_slots(gpus, cpu_workers=1)
+    events: list[tuple[float, str, int]] = []
+    last: dict[str, dict[str, Any]] = {}
+
+    def on_event(st: SlotState, event: dict[str, Any]) -> None:
+        if event.get("event") == "start":
+            last[st.slot.name + ":start"] = event
+        if event.get("event") == "progress":
+            last[st.slot.name] = event
+            events.append((float(event["t"]), st.slot.name, st.total_done))
+
+    cfg = WorkerConfig(url, str(work / f"out-{gpus}"), None, str(model_file),
+                       None if batch == "auto" else int(batch), 224, 120.0, threads)  # fmt: skip
+    t0 = time.perf_counter()
+    supervise(cfg, slots, on_event)
+    wall = time.perf_counter() - t0
+    # steady state: from each worker's first progress event to the last event of all
+    first = {}
+    for t, slot, done in events:
+        first.setdefault(slot, (t, done))
+    t_start = max(t for t, _ in first.values())
+    done_at_start = sum(d for _, d in first.values())
+    t_end = max(t for t, _, _ in events)
+    steady = (n - done_at_start) / (t_end - t_start) if t_end > t_start else float("nan")
+    return {"end_to_end": n / wall, "steady": steady, "wall_s": wall, "slots": len(slots), "workers": last}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--images", type=int, default=1000)
+    ap.add_argument("--naive-images", type=int, default=None)
+    ap.add_argument("--modes", default="naive,dataloader,gpuprov1,gpuprov2")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--batch", default="256")
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    paths = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    torch.backends.cudnn.benchmark = True
+    res: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else platform.processor() or "cpu",
+        "gpus": torch.cuda.device_count(), "cpus": os.cpu_count(), "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "files": len(paths), "images": args.images, "batch": args.batch,
+    }  # fmt: skip
+    modes = args.modes.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if "naive" in modes:
+            res["naive"] = naive(paths, args.naive_images or min(args.images, 500))
+            print(f"naive      {res['naive']:10.1f} img/s", flush=True)
+        if "dataloader" in modes:
+            bs = 256 if args.batch == "auto" else int(args.batch)
+            res["dataloader"] = dataloader(paths, args.images, args.workers, bs)
+            print(f"dataloader {res['dataloader']:10.1f} img/s", flush=True)
+        for mode, gpus in (("gpuprov1", "0" if DEVICE == "cuda" else "cpu"), ("gpuprov2", "0,1")):
+            if mode in modes and (mode == "gpuprov1" or torch.cuda.device_count() >= 2):
+                n = args.images * (2 if mode == "gpuprov2" else 1)
+                res[mode] = gpuprov(paths, n, gpus, work, args.batch, args.threads)
+                print(f"{mode}   {res[mode]['steady']:10.1f} img/s steady, {res[mode]['end_to_end']:.1f} end to end"
+                      f" ({res[mode]['wall_s']:.1f} s)", flush=True)  # fmt: skip
+    if "gpuprov1" in res:
+        g1 = res["gpuprov1"]["steady"]
+        if "naive" in res:
+            print(f"gpuprov1 / naive       {g1 / res['naive']:.1f}x")
+        if "dataloader" in res:
+            print(f"gpuprov1 / dataloader  {g1 / res['dataloader']:.2f}x")
+        if "gpuprov2" in res:
+            print(f"gpuprov2 / gpuprov1    {res['gpuprov2']['steady'] / g1:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

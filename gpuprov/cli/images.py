@@ -1,0 +1,162 @@
+"""``gpuprov images``: submit image sets to a durable queue, run one worker per GPU over it, show status.
+
+``submit SRC... --queue URL`` takes files, folders (searched recursively), globs and manifests
+(``.txt``: one path a line; ``.jsonl``: ``{"path": ...}`` a line). ``run`` starts the workers
+(see :mod:`gpuprov.images.worker`) with live progress and writes ``OUT/manifest.jsonl``.
+Exit codes: 0 done (failed images are listed in ``OUT/failures.jsonl`` and counted, not fatal);
+2 bad usage; 4 no torch, no queue store, or a worker on the wrong GPU.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpuprov.exceptions import ConfigError
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
+MANIFEST_SUFFIXES = (".txt", ".jsonl")
+
+
+def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
+    """Every image path named by ``sources``, absolute, in the order given (folders sorted)."""
+    for src in sources:
+        path = Path(src)
+        if path.is_dir():
+            yield from sorted(
+                p.resolve() for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+            )
+        elif path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
+            for raw in path.read_text().splitlines():
+                line = raw.strip()
+                if line and not line.startswith("#"):
+                    entry = json.loads(line)["path"] if path.suffix == ".jsonl" else line
+                    yield (path.parent / entry).resolve()
+        elif path.is_file():
+            yield path.resolve()
+        else:
+            matches = sorted(glob.glob(src, recursive=True))  # noqa: PTH207 - absolute patterns too
+            if not matches:
+                raise ConfigError(f"{src}: no such file, folder or matching glob")
+            yield from (Path(m).resolve() for m in matches if Path(m).is_file())
+
+
+@click.group("images")
+def command() -> None:
+    """Process large image sets on every GPU of this host through a durable queue."""
+
+
+@command.command("submit")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--queue", "url", required=True, help="Queue URL: sqlite:///abs/q.db or redis://host/0.")
+def submit_cmd(sources: tuple[str, ...], url: str) -> None:
+    """Queue images from files, folders, globs or manifests (idempotent per path)."""
+    from gpuprov.images.queue import open_queue
+
+    queue = open_queue(url)
+    try:
+        payloads = [{"path": str(p)} for p in expand_sources(sources)]
+        added = queue.submit(payloads)
+        click.echo(f"{added} new of {len(payloads)} images queued; {queue.stats().open} open")
+    finally:
+        queue.close()
+
+
+@command.command("run")
+@click.option("--queue", "url", required=True, help="Queue URL.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
+@click.option("--task", "task", default=None, help="Built-in task: stats or thumbnail.")
+@click.option("--model", "model", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="TorchScript (.pt) or ONNX (.onnx) classifier.")  # fmt: skip
+@click.option("--gpus", default="all", show_default=True, help="all, cpu, or indices/UUIDs like 0,1.")
+@click.option("--cpu-workers", default=1, show_default=True, help="Worker processes when running on CPU.")
+@click.option("--batch", default="auto", show_default=True, help="auto or a number.")
+@click.option("--size", type=int, default=None, help="Working size (model input, thumbnail long side).")
+@click.option("--lease", "lease_s", default=60.0, show_default=True, help="Lease in seconds (renewed while working).")
+@click.option("--threads", default=4, show_default=True, help="CPU decode threads per worker.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--quiet", is_flag=True, help="No live progress.")
+def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
+            size: int | None, lease_s: float, threads: int, metrics_port: int | None, quiet: bool) -> None:  # fmt: skip
+    """Run one worker per GPU until the queue is drained, then write OUT/manifest.jsonl."""
+    from gpuprov.images.metrics import Metrics
+    from gpuprov.images.queue import open_queue
+    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, write_manifest
+
+    if (task is None) == (model is None):
+        raise ConfigError("give exactly one of --task NAME or --model PATH")
+    if batch != "auto" and not (batch.isdigit() and int(batch) > 0):
+        raise ConfigError(f"--batch {batch}: expected auto or a positive number")
+    out.mkdir(parents=True, exist_ok=True)
+    slots = resolve_slots(gpus, cpu_workers)
+    base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
+                        None if batch == "auto" else int(batch), size, lease_s, threads)  # fmt: skip
+    metrics = Metrics(metrics_port)
+    queue = open_queue(url)
+    console = Console(stderr=True, quiet=quiet)
+    started = time.monotonic()
+    last_poll = [0.0]
+
+    done_by_slot: dict[str, int] = {}
+
+    def on_event(st: SlotState, event: dict[str, Any]) -> None:
+        done_by_slot[st.slot.name] = st.total_done
+        metrics.worker(st.slot.name, st.total_done, st.failed, st.batch, time.time())
+        if event.get("event") == "start":
+            console.log(
+                f"{st.slot.name}: worker on {event.get('device')} {event.get('uuid') or ''} batch {event.get('batch')}"
+            )
+        now = time.monotonic()
+        if now - last_poll[0] > 2.0:
+            last_poll[0] = now
+            stats = queue.stats()
+            metrics.queue_stats(stats)
+            metrics.gpus([s.uuid for s in slots if s.uuid])
+            rate = sum(done_by_slot.values()) / max(1e-9, now - started)
+            console.log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
+
+    states_ref: list[SlotState] = []
+    try:
+        states_ref.extend(supervise(base, slots, on_event))
+        rows, fails = write_manifest(queue, out)
+    finally:
+        queue.close()
+    elapsed = time.monotonic() - started
+    images = sum(st.total_done for st in states_ref)
+    restarts = sum(st.restarts for st in states_ref)
+    rate = images / max(elapsed, 1e-9)
+    click.echo(f"{rows} rows in {out / 'manifest.jsonl'}, {fails} failed; {images} images in {elapsed:.1f} s "
+               f"({rate:.1f} img/s); restarts {restarts}")  # fmt: skip
+
+
+@command.command("status")
+@click.option("--queue", "url", required=True, help="Queue URL.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+def status_cmd(url: str, as_json: bool) -> None:
+    """Print the queue's task counts per state and the first failures."""
+    from gpuprov.images.queue import open_queue
+
+    queue = open_queue(url)
+    try:
+        stats = queue.stats()
+        failures = [f for _, f in zip(range(10), queue.failures(), strict=False)]
+    finally:
+        queue.close()
+    counts = {s: getattr(stats, s) for s in ("pending", "leased", "done", "failed", "dead")}
+    if as_json:
+        click.echo(json.dumps({**counts, "total": stats.total}))
+        return
+    table = Table("state", "tasks")
+    for state, n in counts.items():
+        table.add_row(state, str(n))
+    Console().print(table)
+    for shard, state, reason in failures:
+        click.echo(f"shard {shard}: {state}: {reason}")

@@ -1,0 +1,129 @@
+"""Real photographs for tests and benchmarks, fetched from Debian packages at test time, never committed.
+
+:func:`fetch_package` downloads one ``.deb`` with ``apt-get download`` (the machine's own apt sources,
+so the repository never names a mirror host) into a cache outside the repository
+(``$GPUPROV_IMAGES_CACHE`` or ``~/.cache/gpuprov/images``) and unpacks it with ``dpkg-deb -x``. When
+``apt-get download`` is unavailable or fails, the file is fetched from the Debian mirror that
+:func:`gpuprov.lab.mirrors.read_mirrors` finds in the apt sources, at the package's ``Filename``.
+
+:func:`real_images` sorts what the packages hold into the sets the tests need: every JPEG, the
+progressive ones, the EXIF-rotated ones, 8-bit and 16-bit PNGs, and the large photos.
+
+Packages: ``forensics-samples-files`` (phone JPEGs, some progressive or EXIF-rotated),
+``mate-backgrounds`` (photos up to 5640x3172), ``libjxl-testdata`` (PNG, 16-bit PNG).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.images.pipeline import exif_orientation, jpeg_kind, png_bit_depth
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("forensics-samples-files", "mate-backgrounds", "libjxl-testdata")
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def cache_dir() -> Path:
+    """Where packages are downloaded and unpacked: ``$GPUPROV_IMAGES_CACHE`` or ``~/.cache/gpuprov/images``."""
+    env = os.environ.get("GPUPROV_IMAGES_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gpuprov" / "images"
+
+
+def fetch_package(name: str, cache: Path | None = None) -> Path:
+    """Download and unpack Debian package ``name`` once; returns the unpacked tree.
+
+    Raises :class:`EnvironmentMissing` when apt, dpkg-deb or a Debian mirror is missing or the
+    download fails.
+    """
+    root = (cache or cache_dir()) / name
+    done = root / ".unpacked"
+    if done.exists():
+        return root
+    if shutil.which("dpkg-deb") is None:
+        raise EnvironmentMissing("dpkg-deb is needed to unpack the test image packages (apt-get install dpkg)")
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        deb = _download(name, Path(tmp))
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
+    done.write_text(name + "\n")
+    return root
+
+
+def _download(name: str, dest: Path) -> Path:
+    if shutil.which("apt-get"):
+        proc = subprocess.run(["apt-get", "download", name], cwd=dest, capture_output=True, text=True, check=False)
+        debs = sorted(dest.glob(f"{name}_*.deb"))
+        if proc.returncode == 0 and debs:
+            return debs[0]
+        log.info("apt-get download %s failed (%s); trying the mirror directly", name, proc.stderr.strip())
+    from gpuprov.lab.mirrors import read_mirrors
+
+    filename = _apt_filename(name)
+    url = f"{read_mirrors().debian}/{filename}"
+    target = dest / Path(filename).name
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp, target.open("wb") as out:
+            shutil.copyfileobj(resp, out)
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot download {name} from {url}: {exc}") from exc
+    return target
+
+
+def _apt_filename(name: str) -> str:
+    if shutil.which("apt-cache") is None:
+        raise EnvironmentMissing(f"apt-cache is needed to locate {name} in the Debian archive")
+    proc = subprocess.run(["apt-cache", "show", name], capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("Filename:"):
+            return line.split(":", 1)[1].strip()
+    raise EnvironmentMissing(f"apt does not know package {name}: run apt-get update")
+
+
+@dataclass
+class RealImages:
+    """Image paths from the packages, sorted by what the tests need."""
+
+    jpeg: list[Path] = field(default_factory=list)
+    progressive: list[Path] = field(default_factory=list)
+    exif_rotated: list[Path] = field(default_factory=list)
+    png: list[Path] = field(default_factory=list)
+    png16: list[Path] = field(default_factory=list)
+    large: list[Path] = field(default_factory=list)
+    """Photos of at least 12 megapixels or 5000 pixels wide (by file size, >= 2 MB JPEG)."""
+
+
+def real_images(packages: tuple[str, ...] = PACKAGES, cache: Path | None = None) -> RealImages:
+    """Fetch ``packages`` (cached) and sort their images; see :class:`RealImages`."""
+    found = RealImages()
+    for name in packages:
+        root = fetch_package(name, cache)
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES):
+            head = path.read_bytes()[: 1 << 16]
+            if path.suffix.lower() == ".png":
+                depth = png_bit_depth(head)
+                if depth == 16:
+                    found.png16.append(path)
+                elif depth is not None:
+                    found.png.append(path)
+                continue
+            kind = jpeg_kind(head)
+            if kind is None:
+                continue
+            found.jpeg.append(path)
+            if kind == "progressive":
+                found.progressive.append(path)
+            if exif_orientation(head) not in (None, 1):
+                found.exif_rotated.append(path)
+            if path.stat().st_size >= 2_000_000:
+                found.large.append(path)
+    return found

@@ -1,0 +1,357 @@
+"""Decode, resize and normalise image batches on one device, with OOM backoff and an automatic batch size.
+
+torch and torchvision are optional for gpuprov (the ``images`` extra) and imported lazily here, so
+the rest of gpuprov never pays for them; at the boundary they are typed ``Any``.
+
+Decoding: baseline (sequential) JPEGs go to the GPU in one batched nvJPEG call
+(``torchvision.io.decode_jpeg(list, device="cuda")``); progressive JPEG (which nvJPEG's hardware path
+does not take), PNG (8 and 16 bit) and every other format are decoded on a CPU thread pool into
+pinned memory and copied asynchronously. EXIF orientation is applied on both paths. On a machine
+without a GPU the same code runs with the device ``cpu`` (CI).
+
+Per image, the centre square is cut out (a view, no copy) and resized with antialiasing to
+``size`` x ``size``; the batch is then normalised with ImageNet mean and std in one step and made
+``channels_last`` (and fp16 when asked).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import struct
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+AUTO_PROBE_BATCH = 8
+AUTO_HEADROOM = 0.8
+"""Fraction of free device memory the automatic batch may plan to use (the rest is headroom)."""
+AUTO_MAX_BATCH = 1024
+CPU_DEFAULT_BATCH = 32
+MEM_BUDGET_ENV = "GPUPROV_IMAGES_MEM_BUDGET"
+"""Bytes one batch may use, estimated; above it the batch raises :class:`BudgetExceeded` (tests, CPU)."""
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def torch_modules() -> tuple[Any, Any]:
+    """``(torch, torchvision)``, imported on first use; raises EnvironmentMissing without the extra."""
+    try:
+        import torch
+
+        torchvision = importlib.import_module("torchvision")
+    except ImportError as exc:
+        from gpuprov.exceptions import EnvironmentMissing
+
+        raise EnvironmentMissing("gpuprov images needs torch and torchvision: pip install 'gpuprov[images]'") from exc
+    return torch, torchvision
+
+
+# --- format sniffing (pure Python, no torch) -------------------------------------------------------
+
+
+def jpeg_kind(data: bytes) -> str | None:
+    """``"baseline"``, ``"progressive"`` or ``"other"`` (lossless, arithmetic) for JPEG bytes, else None.
+
+    Reads markers up to the first start-of-frame; a truncated header still gives its kind if the
+    SOF marker was reached.
+    """
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            return "other"
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in (0xC0, 0xC1):
+            return "baseline"
+        if marker == 0xC2:
+            return "progressive"
+        if 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return "other"
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        pos += 2 + length
+    return "other"
+
+
+def exif_orientation(data: bytes) -> int | None:
+    """The EXIF orientation tag (1..8) of JPEG bytes, or None when absent or unreadable."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
+            return _tiff_orientation(data[pos + 10 : pos + 2 + length])
+        if marker == 0xDA:
+            return None
+        pos += 2 + length
+    return None
+
+
+def _tiff_orientation(tiff: bytes) -> int | None:
+    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+        return None
+    order = "<" if tiff[:2] == b"II" else ">"
+    (ifd,) = struct.unpack(order + "I", tiff[4:8])
+    if ifd + 2 > len(tiff):
+        return None
+    (count,) = struct.unpack(order + "H", tiff[ifd : ifd + 2])
+    for i in range(count):
+        entry = ifd + 2 + 12 * i
+        if entry + 12 > len(tiff):
+            return None
+        tag, _kind, _n, value = struct.unpack(order + "HHIH", tiff[entry : entry + 10])
+        if tag == 0x0112:
+            return value if 1 <= value <= 8 else None
+    return None
+
+
+def png_bit_depth(data: bytes) -> int | None:
+    """The bit depth from a PNG's IHDR, or None when ``data`` is not a PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 25:
+        return None
+    return data[24]
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+class DecodeError(ValueError):
+    """An image could not be decoded (corrupt, truncated, unknown format); the message says why."""
+
+
+@dataclass
+class Decoded:
+    """One decoded image on the device: ``pixels`` (C,H,W; uint8 or, for 16-bit sources, int32 0..65535)."""
+
+    pixels: Any
+    max_value: float
+
+
+def _decode_cpu(data: bytes) -> Decoded:
+    """Decode any supported format on the CPU (RGB, EXIF orientation applied)."""
+    torch, torchvision = torch_modules()
+    ImageReadMode = torchvision.io.ImageReadMode
+
+    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    try:
+        depth16 = png_bit_depth(data) == 16
+        img = torchvision.io.decode_image(raw, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+    except (RuntimeError, ValueError) as exc:
+        return _decode_pil(data, exc)
+    if img.dtype == torch.uint16 or depth16:
+        return Decoded(img.to(torch.int32), 65535.0)
+    return Decoded(img, 255.0)
+
+
+def _decode_pil(data: bytes, first: Exception) -> Decoded:
+    """Fallback for formats torchvision does not read (TIFF, BMP ...) through Pillow."""
+    import io
+
+    import numpy as np
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    torch, _ = torch_modules()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            img = ImageOps.exif_transpose(im)
+            if img.mode in ("I;16", "I;16B", "I"):
+                arr = np.asarray(img, dtype=np.int32)
+                return Decoded(torch.from_numpy(arr.copy()).unsqueeze(0).expand(3, -1, -1).contiguous(), 65535.0)
+            arr = np.asarray(img.convert("RGB"))
+            return Decoded(torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous(), 255.0)
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as exc:
+        raise DecodeError(f"cannot decode image: {first}; Pillow: {exc}") from exc
+
+
+class Decoder:
+    """Decodes batches of image bytes onto ``device`` (``"cuda"`` or ``"cpu"``); see the module docstring."""
+
+    def __init__(self, device: str, threads: int = 4) -> None:
+        self.device = device
+        self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="decode")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def decode(self, blobs: Sequence[bytes]) -> list[Decoded | DecodeError]:
+        """Decode every blob; a failure is returned in its place as a :class:`DecodeError`."""
+        torch, torchvision = torch_modules()
+        out: list[Decoded | DecodeError | None] = [None] * len(blobs)
+        gpu_idx = [i for i, b in enumerate(blobs) if self.device != "cpu" and jpeg_kind(b) == "baseline"]
+        cpu_idx = [i for i in range(len(blobs)) if i not in set(gpu_idx)]
+        futures = {i: self.pool.submit(_decode_cpu_pinned, blobs[i], self.device != "cpu") for i in cpu_idx}
+        if gpu_idx:
+            ImageReadMode = torchvision.io.ImageReadMode
+            raws = [torch.frombuffer(bytearray(blobs[i]), dtype=torch.uint8) for i in gpu_idx]
+            try:
+                imgs = torchvision.io.decode_jpeg(
+                    raws, mode=ImageReadMode.RGB, device=self.device, apply_exif_orientation=True
+                )
+                for i, img in zip(gpu_idx, imgs, strict=True):
+                    out[i] = Decoded(img, 255.0)
+            except RuntimeError:
+                # one bad JPEG fails the whole nvJPEG batch: decode each on the CPU to find it
+                for i in gpu_idx:
+                    futures[i] = self.pool.submit(_decode_cpu_pinned, blobs[i], True)
+        for i, fut in futures.items():
+            try:
+                dec = fut.result()
+                out[i] = Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
+            except DecodeError as exc:
+                out[i] = exc
+        return [o if o is not None else DecodeError("not decoded") for o in out]
+
+
+def _decode_cpu_pinned(data: bytes, pin: bool) -> Decoded:
+    dec = _decode_cpu(data)
+    return Decoded(dec.pixels.pin_memory(), dec.max_value) if pin else dec
+
+
+# --- resize + normalise --------------------------------------------------------------------------
+
+
+def to_unit(dec: Decoded, size: int, *, crop: bool = True) -> Any:
+    """One image as float32 (1,3,size,size) in [0,1]: centre square (if ``crop``) resized with antialias."""
+    torch, _ = torch_modules()
+    img = dec.pixels
+    _, h, w = img.shape
+    if crop:
+        s = min(h, w)
+        top, left = (h - s) // 2, (w - s) // 2
+        img = img[:, top : top + s, left : left + s]
+        out_hw = (size, size)
+    else:
+        scale = min(1.0, size / max(h, w))  # never enlarge
+        out_hw = (max(1, round(h * scale)), max(1, round(w * scale)))
+    x = img.unsqueeze(0).to(torch.float32).mul_(1.0 / dec.max_value)
+    return torch.nn.functional.interpolate(x, size=out_hw, mode="bilinear", antialias=True, align_corners=False)
+
+
+def normalise(units: Sequence[Any], *, half: bool) -> Any:
+    """Stack (1,3,S,S) tensors in [0,1] into one normalised (N,3,S,S) channels_last batch."""
+    torch, _ = torch_modules()
+    batch = torch.cat(list(units), dim=0)
+    mean = torch.tensor(MEAN, device=batch.device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=batch.device).view(1, 3, 1, 1)
+    batch = (batch - mean) / std
+    if half:
+        batch = batch.half()
+    return batch.contiguous(memory_format=torch.channels_last)
+
+
+# --- OOM backoff and automatic batch size ---------------------------------------------------------
+
+
+class BudgetExceeded(MemoryError):
+    """A batch's estimated memory exceeds ``$GPUPROV_IMAGES_MEM_BUDGET``: handled like CUDA OOM."""
+
+
+def check_budget(n: int, size: int, bytes_per_pixel: int = 4 * 64) -> None:
+    """Raise :class:`BudgetExceeded` if ``n`` images of ``size``^2 would exceed the configured budget.
+
+    The estimate (``bytes_per_pixel`` per input pixel for activations) stands in for device memory
+    on CPU, so the backoff path can be tested without a GPU.
+    """
+    budget = os.environ.get(MEM_BUDGET_ENV)
+    if budget and n * 3 * size * size * bytes_per_pixel > int(budget):
+        raise BudgetExceeded(f"batch of {n} exceeds the memory budget of {budget} bytes")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for CUDA/CPU out-of-memory errors and :class:`BudgetExceeded`."""
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        import torch
+    except ImportError:
+        return False
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _release_memory() -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class Backoff:
+    """Runs ``fn`` over items in chunks of the current batch size, halving it on OOM and retrying.
+
+    ``batch`` only shrinks (a later call keeps the smaller size); an OOM at batch size 1 is raised.
+    """
+
+    def __init__(self, batch: int) -> None:
+        self.batch = max(1, batch)
+        self.halvings = 0
+
+    def run(self, items: Sequence[T], fn: Callable[[Sequence[T]], list[R]]) -> list[R]:
+        results: list[R] = []
+        pos = 0
+        while pos < len(items):
+            chunk = items[pos : pos + self.batch]
+            try:
+                results.extend(fn(chunk))
+            except (MemoryError, RuntimeError) as exc:
+                if not is_oom(exc) or self.batch == 1:
+                    raise
+                self.batch = max(1, self.batch // 2)
+                self.halvings += 1
+                log.warning("out of memory at batch %d: halving to %d (%s)", len(chunk), self.batch, exc)
+                _release_memory()
+                continue
+            pos += len(chunk)
+        return results
+
+
+def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int | None = None) -> int:
+    """A safe maximum batch: run ``probe(AUTO_PROBE_BATCH)``, read the peak memory, scale with headroom.
+
+    On CUDA: ``per_image = (max_memory_allocated after the probe - allocated before) / probe batch``
+    and ``batch = floor(free * AUTO_HEADROOM / per_image)``, rounded down to a multiple of 8 and
+    capped at ``AUTO_MAX_BATCH``. On CPU there is no allocator peak: the result is
+    ``CPU_DEFAULT_BATCH`` (or what the memory budget allows).
+    """
+    torch, _ = torch_modules()
+    if device == "cpu":
+        batch = CPU_DEFAULT_BATCH
+        while batch > 1:
+            try:
+                probe(batch) if os.environ.get(MEM_BUDGET_ENV) else None
+                break
+            except MemoryError:
+                batch //= 2
+        return batch
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    probe(AUTO_PROBE_BATCH)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    per_image = max(1, peak // AUTO_PROBE_BATCH)
+    if free_bytes is None:
+        free_bytes, _total = torch.cuda.mem_get_info()
+    batch = int(free_bytes * AUTO_HEADROOM // per_image)
+    batch = min(AUTO_MAX_BATCH, max(AUTO_PROBE_BATCH, batch - batch % 8))
+    log.info(
+        "auto batch: %d bytes/image at probe %d, %d free -> batch %d", per_image, AUTO_PROBE_BATCH, free_bytes, batch
+    )
+    return batch

@@ -1,0 +1,196 @@
+"""What a worker does with a batch of decoded images: built-in tasks and user models.
+
+* ``stats`` - per-image size and per-channel mean/std (computed at the working size).
+* ``thumbnail`` - aspect-preserving resize (long side ``size``) re-encoded as JPEG (on the GPU
+  where torchvision can), written atomically under ``OUT/thumbs/<hash[:2]>/<hash>.jpg``.
+* a model file - TorchScript (``.pt``/``.pts``/``.torchscript``) or ONNX (``.onnx``, needs
+  onnxruntime): centre crop, resize, normalise, forward; the row keeps the top-5 classes.
+
+Every task returns one JSON-able row per input, in input order. Output files are named by the
+input's content hash and written to a temporary file then renamed, so a task processed twice
+(after a worker was killed) leaves exactly one file with the same content.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.images.pipeline import Decoded, check_budget, normalise, to_unit, torch_modules
+
+BUILTIN_TASKS = ("stats", "thumbnail")
+TORCHSCRIPT_SUFFIXES = (".pt", ".pts", ".pth", ".torchscript", ".jit")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class Item:
+    """One input in a batch: queue task id, source path, content hash and decoded pixels."""
+
+    task_id: str
+    path: str
+    sha256: str
+    decoded: Decoded
+
+
+class ImageTask(Protocol):
+    """A task: ``process`` maps a batch of items to one row each (may raise OOM; the worker backs off)."""
+
+    name: str
+    size: int
+
+    def process(self, items: Sequence[Item]) -> list[dict[str, Any]]: ...
+
+
+def _shape(item: Item) -> dict[str, int]:
+    _, h, w = item.decoded.pixels.shape
+    return {"width": int(w), "height": int(h)}
+
+
+class StatsTask:
+    """Per-image width, height and per-channel mean/std in [0,1]."""
+
+    name = "stats"
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+
+    def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        check_budget(len(items), self.size)
+        rows = []
+        for item in items:
+            x = to_unit(item.decoded, self.size, crop=False)[0]
+            flat = x.reshape(3, -1)
+            rows.append(
+                {
+                    **_shape(item),
+                    "mean": [round(float(v), 6) for v in flat.mean(dim=1).tolist()],
+                    "std": [round(float(v), 6) for v in flat.std(dim=1).tolist()],
+                }
+            )
+        return rows
+
+
+class ThumbnailTask:
+    """Aspect-preserving JPEG thumbnails named by content hash, written atomically under ``out``."""
+
+    name = "thumbnail"
+
+    def __init__(self, out: Path, size: int = 256, quality: int = 85) -> None:
+        self.out = out
+        self.size = size
+        self.quality = quality
+
+    def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        torch, torchvision = torch_modules()
+        check_budget(len(items), self.size)
+        rows = []
+        for item in items:
+            x = to_unit(item.decoded, self.size, crop=False)[0]
+            pix = x.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
+            encoded = torchvision.io.encode_jpeg(pix, quality=self.quality)
+            rel = Path("thumbs") / item.sha256[:2] / f"{item.sha256}.jpg"
+            atomic_write(self.out / rel, bytes(encoded.cpu().numpy().tobytes()))
+            rows.append(
+                {**_shape(item), "thumb": str(rel), "thumb_width": int(pix.shape[2]), "thumb_height": int(pix.shape[1])}
+            )
+        return rows
+
+
+class ModelTask:
+    """A TorchScript or ONNX classifier: normalised ``size``^2 centre crops in, top-5 classes out."""
+
+    name = "model"
+
+    def __init__(self, path: Path, device: str, *, size: int = 224, half: bool | None = None) -> None:
+        torch, _ = torch_modules()
+        self.size = size
+        self.device = device
+        self.half = device != "cpu" if half is None else half
+        self.onnx: Any = None
+        self.module: Any = None
+        if not path.is_file():
+            raise ConfigError(f"--model {path}: no such file")
+        if path.suffix == ".onnx":
+            self.half = False
+            self.onnx = _onnx_session(path, device)
+        else:
+            try:
+                module = torch.jit.load(str(path), map_location=device)
+            except (RuntimeError, ValueError) as exc:
+                raise ConfigError(f"--model {path}: not a TorchScript file: {exc}") from exc
+            module.eval()
+            if device != "cpu":
+                torch.backends.cudnn.benchmark = True
+            if self.half:
+                module = module.half()
+            self.module = module.to(memory_format=torch.channels_last)
+
+    def forward(self, batch: Any) -> Any:
+        torch, _ = torch_modules()
+        if self.onnx is not None:
+            name = self.onnx.get_inputs()[0].name
+            return torch.from_numpy(self.onnx.run(None, {name: batch.float().contiguous().cpu().numpy()})[0])
+        with torch.inference_mode():
+            return self.module(batch)
+
+    def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        torch, _ = torch_modules()
+        check_budget(len(items), self.size)
+        batch = normalise([to_unit(item.decoded, self.size) for item in items], half=self.half)
+        logits = self.forward(batch).float()
+        scores, classes = torch.softmax(logits.reshape(len(items), -1), dim=1).topk(min(5, logits[0].numel()))
+        pairs = zip(classes.cpu().tolist(), scores.cpu().tolist(), strict=True)
+        return [
+            {**_shape(item), "top5": [[int(c), round(float(s), 6)] for c, s in zip(cs, ss, strict=True)]}
+            for item, (cs, ss) in zip(items, pairs, strict=True)
+        ]
+
+
+def _onnx_session(path: Path, device: str) -> Any:
+    try:
+        onnxruntime = importlib.import_module("onnxruntime")
+    except ImportError as exc:
+        raise EnvironmentMissing(f"--model {path}: ONNX models need onnxruntime (pip install onnxruntime-gpu)") from exc
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device != "cpu" else ["CPUExecutionProvider"]
+    return onnxruntime.InferenceSession(str(path), providers=providers)
+
+
+def make_task(name: str | None, model: Path | None, out: Path, device: str, *, size: int | None = None) -> ImageTask:
+    """The task for ``--task NAME`` or ``--model PATH`` (exactly one); raises :class:`ConfigError`."""
+    if (name is None) == (model is None):
+        raise ConfigError("give exactly one of --task NAME or --model PATH")
+    if model is not None:
+        return ModelTask(model, device, size=size or 224)
+    if name == "stats":
+        return StatsTask(size or 256)
+    if name == "thumbnail":
+        return ThumbnailTask(out, size or 256)
+    raise ConfigError(f"--task {name}: unknown task; choose one of {', '.join(BUILTIN_TASKS)}")
+
+
+def synthetic_items(n: int, device: str, height: int = 1080, width: int = 1440) -> list[Item]:
+    """``n`` random images on ``device`` for batch-size probing and benchmarks."""
+    torch, _ = torch_modules()
+    pixels = torch.randint(0, 256, (3, height, width), dtype=torch.uint8, device=device)
+    return [Item(f"probe-{i}", "<probe>", "0" * 64, Decoded(pixels, 255.0)) for i in range(n)]

@@ -1,0 +1,411 @@
+"""One worker process per device, fed by the shared queue; the supervisor that starts and restarts them.
+
+Pinning (case B24): the supervisor resolves ``--gpus`` to NVML devices and starts each worker with
+``CUDA_VISIBLE_DEVICES=GPU-<uuid>`` (never an index) and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. Each worker
+then reads the UUID and PCI bus id of the device CUDA actually opened and exits with code 4 on a
+mismatch instead of running on the wrong GPU. Without NVML or GPUs the workers run on ``cpu``.
+
+Guarantees: a worker claims ``batch`` tasks with a lease, a thread renews the leases while it works,
+output files are written atomically under names derived from the input's content hash, and result
+rows go to the queue's idempotent :meth:`complete`. ``kill -9`` of a worker loses nothing (its
+leases expire and another worker takes the tasks) and duplicates nothing (one row per task, one
+file per content hash). The supervisor restarts a worker that died, and at the end writes the
+manifest (``manifest.jsonl``, plus ``manifest.parquet`` when pyarrow is there) in shard order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from queue import Queue as Channel
+from typing import Any
+
+from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.images.pipeline import Backoff, DecodeError, Decoder, auto_batch, is_oom, torch_modules
+from gpuprov.images.queue import Queue, Task, open_queue
+from gpuprov.images.tasks import Item, atomic_write, make_task, synthetic_items
+
+log = logging.getLogger(__name__)
+
+EXIT_DEVICE_MISMATCH = 4
+MAX_RESTARTS = 100
+
+
+class DeviceMismatch(EnvironmentMissing):
+    """The device CUDA opened is not the one this worker was assigned (case B24). Exit 4."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One device a worker is pinned to: ``uuid``/``bus_id`` from NVML, or ``cpu`` (uuid None)."""
+
+    name: str
+    uuid: str | None = None
+    bus_id: str | None = None
+
+
+@dataclass
+class WorkerConfig:
+    """What one worker process needs; crosses the process boundary as JSON."""
+
+    queue: str
+    out: str
+    task: str | None = None
+    model: str | None = None
+    batch: int | None = None  # None: auto
+    size: int | None = None
+    lease_s: float = 60.0
+    threads: int = 4
+    slot: Slot = field(default_factory=lambda: Slot("cpu0"))
+
+
+def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slot]:
+    """``--gpus all|cpu|0,1|GPU-uuid,...`` to slots; NVML indices are PCI bus order, as nvidia-smi's."""
+    cpu = [Slot(f"cpu{i}") for i in range(cpu_workers)]
+    if gpus == "cpu":
+        return cpu
+    try:
+        nvml = nvml if nvml is not None else importlib.import_module("pynvml")
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError, ImportError: no GPU here
+        if gpus != "all":
+            raise EnvironmentMissing(f"--gpus {gpus}: NVML is unavailable ({exc})") from exc
+        return cpu
+    try:
+        found = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            uuid, bus = nvml.nvmlDeviceGetUUID(h), nvml.nvmlDeviceGetPciInfo(h).busId
+            found.append(Slot(f"gpu{i}", _text(uuid), _text(bus)))
+    finally:
+        nvml.nvmlShutdown()
+    if not found:
+        return cpu
+    if gpus == "all":
+        return found
+    picked = []
+    for token in gpus.split(","):
+        match = [s for s in found if token.strip() in (s.name[3:], s.uuid)]
+        if not match:
+            raise ConfigError(f"--gpus {gpus}: no GPU {token!r}; NVML sees {', '.join(s.name for s in found)}")
+        picked.extend(match)
+    return picked
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def self_check(slot: Slot) -> str:
+    """Open the pinned device and compare its UUID and bus id with ``slot``; returns the torch device."""
+    if slot.uuid is None:
+        return "cpu"
+    torch, _ = torch_modules()
+    if not torch.cuda.is_available() or torch.cuda.device_count() != 1:
+        raise DeviceMismatch(f"{slot.name}: expected exactly one visible CUDA device ({slot.uuid})")
+    props = torch.cuda.get_device_properties(0)
+    uuid = f"GPU-{props.uuid}"
+    bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    if uuid.lower() != slot.uuid.lower() or (slot.bus_id and bus.lower() != slot.bus_id.lower()):
+        raise DeviceMismatch(f"{slot.name}: assigned {slot.uuid} at {slot.bus_id}, CUDA opened {uuid} at {bus}")
+    log.info("%s: opened %s at %s as assigned", slot.name, uuid, bus)
+    return "cuda"
+
+
+# --- the worker process --------------------------------------------------------------------------
+
+
+@dataclass
+class Claimed:
+    """A claimed batch with the bytes read: (task, bytes or read error) pairs."""
+
+    entries: list[tuple[Task, bytes | OSError]]
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the leases on every task this worker holds, every third of the lease."""
+
+    def __init__(self, queue: Queue, worker: str, lease_s: float) -> None:
+        super().__init__(daemon=True, name="lease")
+        self.queue, self.worker, self.lease_s = queue, worker, lease_s
+        self.held: set[str] = set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def hold(self, ids: list[str]) -> None:
+        with self.lock:
+            self.held.update(ids)
+
+    def release(self, ids: list[str]) -> None:
+        with self.lock:
+            self.held.difference_update(ids)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.lease_s / 3):
+            with self.lock:
+                ids = sorted(self.held)
+            if ids:
+                self.queue.extend(self.worker, ids, self.lease_s)
+
+
+def _claims(queue: Queue, name: str, k: Callable[[], int], keeper: LeaseKeeper) -> Iterator[Claimed]:
+    """Claim and read batches until the queue has nothing open."""
+    while True:
+        tasks = queue.claim(name, k(), keeper.lease_s)
+        if not tasks:
+            if queue.stats().open == 0:
+                return
+            time.sleep(min(1.0, keeper.lease_s / 4))  # others hold leases; they finish or expire
+            continue
+        keeper.hold([t.id for t in tasks])
+        entries: list[tuple[Task, bytes | OSError]] = []
+        for t in tasks:
+            try:
+                entries.append((t, Path(t.payload["path"]).read_bytes()))
+            except OSError as exc:
+                entries.append((t, exc))
+        yield Claimed(entries)
+
+
+def _prefetch(source: Iterator[Claimed], depth: int = 2) -> Iterator[Claimed]:
+    """Run ``source`` in a thread ``depth`` batches ahead (claim + read overlap decode + compute)."""
+    chan: Channel[Claimed | BaseException | None] = Channel(maxsize=depth)
+
+    def pump() -> None:
+        try:
+            for c in source:
+                chan.put(c)
+            chan.put(None)
+        except BaseException as exc:
+            chan.put(exc)
+
+    threading.Thread(target=pump, daemon=True, name="prefetch").start()
+    while (got := chan.get()) is not None:
+        if isinstance(got, BaseException):
+            raise got
+        yield got
+
+
+def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> None:
+    """Process tasks until the queue is drained; ``emit`` receives progress events."""
+    device = self_check(cfg.slot)
+    name = f"{os.uname().nodename}:{cfg.slot.name}:{os.getpid()}"
+    out = Path(cfg.out)
+    task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, out, device, size=cfg.size)
+    batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)))
+    backoff = Backoff(batch)
+    queue = open_queue(cfg.queue)
+    keeper = LeaseKeeper(queue, name, cfg.lease_s)
+    keeper.start()
+    decoder = Decoder(device, cfg.threads)
+    done = failed = 0
+    timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0}
+    emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": batch})
+    try:
+        batches = _prefetch(_claims(queue, name, lambda: backoff.batch, keeper))
+        while True:
+            t0 = time.perf_counter()
+            claimed = next(batches, None)
+            timing["wait_s"] += time.perf_counter() - t0
+            if claimed is None:
+                break
+            ok, bad = _process(claimed, decoder, task, backoff, timing)
+            if ok:
+                done += queue.complete(name, ok)
+            for tid, reason in bad:
+                queue.fail(name, tid, reason, retry=False)
+            failed += len(bad)
+            keeper.release([t.id for t, _ in claimed.entries])
+            emit(
+                {
+                    "event": "progress",
+                    "done": done,
+                    "failed": failed,
+                    "batch": backoff.batch,
+                    "t": time.time(),
+                    **timing,
+                }
+            )
+    finally:
+        keeper.stop.set()
+        decoder.close()
+        queue.close()
+    emit({"event": "exit", "done": done, "failed": failed})
+
+
+def _process(
+    claimed: Claimed, decoder: Decoder, task: Any, backoff: Backoff, timing: dict[str, float]
+) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:
+    good: list[tuple[Task, bytes]] = []
+    bad: list[tuple[str, str]] = []
+    for t, data in claimed.entries:
+        if isinstance(data, OSError):
+            bad.append((t.id, f"read error: {data}"))
+        else:
+            good.append((t, data))
+    t0 = time.perf_counter()
+    decoded = decoder.decode([d for _, d in good])
+    t1 = time.perf_counter()
+    timing["decode_s"] += t1 - t0
+    items: list[Item] = []
+    for (t, data), dec in zip(good, decoded, strict=True):
+        if isinstance(dec, DecodeError):
+            bad.append((t.id, f"decode error: {dec}"))
+        else:
+            items.append(Item(t.id, t.payload["path"], hashlib.sha256(data).hexdigest(), dec))
+    try:
+        rows = backoff.run(items, task.process)
+        pairs = list(zip(items, rows, strict=True))
+    except (RuntimeError, ValueError, MemoryError) as exc:
+        if is_oom(exc) or len(items) <= 1:
+            raise
+        pairs = []
+        for item in items:  # isolate the image the task cannot handle
+            try:
+                pairs.append((item, backoff.run([item], task.process)[0]))
+            except (RuntimeError, ValueError) as one:
+                bad.append((item.task_id, f"task error: {one}"))
+    timing["task_s"] += time.perf_counter() - t1
+    ok = [(it.task_id, {"path": it.path, "sha256": it.sha256, **row}) for it, row in pairs]
+    return ok, bad
+
+
+def _child_main() -> None:
+    logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
+    raw = json.loads(sys.argv[1])
+    cfg = WorkerConfig(**{**raw, "slot": Slot(**raw["slot"])})
+
+    def emit(event: dict[str, Any]) -> None:
+        print(json.dumps(event), flush=True)
+
+    try:
+        worker_main(cfg, emit)
+    except DeviceMismatch as exc:
+        print(json.dumps({"event": "error", "error": exc.message}), flush=True)
+        sys.exit(EXIT_DEVICE_MISMATCH)
+
+
+# --- the supervisor ------------------------------------------------------------------------------
+
+
+@dataclass
+class SlotState:
+    """What the supervisor knows about one slot's worker."""
+
+    slot: Slot
+    proc: subprocess.Popen[str] | None = None
+    done_before: int = 0
+    done: int = 0
+    failed: int = 0
+    batch: int = 0
+    restarts: int = 0
+    finished: bool = False
+
+    @property
+    def total_done(self) -> int:
+        return self.done_before + self.done
+
+
+def worker_env(slot: Slot) -> dict[str, str]:
+    """The environment pinning a worker to ``slot`` by UUID (B24)."""
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
+    env["CUDA_VISIBLE_DEVICES"] = slot.uuid or ""
+    return env
+
+
+def supervise(
+    base: WorkerConfig, slots: list[Slot], on_event: Callable[[SlotState, dict[str, Any]], None]
+) -> list[SlotState]:
+    """Run one worker per slot until the queue is drained, restarting workers that die."""
+    states = [SlotState(s) for s in slots]
+    lock = threading.Lock()
+
+    def start(st: SlotState) -> None:
+        cfg = json.dumps(asdict(WorkerConfig(**{**asdict(base), "slot": st.slot})))
+        st.done_before += st.done
+        st.done = 0
+        st.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuprov.images.worker", cfg],
+            stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
+        )  # fmt: skip
+        threading.Thread(target=read, args=(st, st.proc), daemon=True).start()
+
+    def read(st: SlotState, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with lock:
+                st.done = event.get("done", st.done)
+                st.failed = max(st.failed, event.get("failed", 0))
+                st.batch = event.get("batch", st.batch)
+                on_event(st, event)
+
+    for st in states:
+        start(st)
+    while not all(st.finished for st in states):
+        time.sleep(0.2)
+        for st in states:
+            if st.finished or st.proc is None or (rc := st.proc.poll()) is None:
+                continue
+            if rc == 0:
+                st.finished = True
+            elif rc == EXIT_DEVICE_MISMATCH:
+                _stop(states)
+                raise DeviceMismatch(f"{st.slot.name}: worker opened the wrong device (see its log)")
+            elif rc == 2 or st.restarts >= MAX_RESTARTS:
+                _stop(states)
+                raise EnvironmentMissing(f"{st.slot.name}: worker exited with {rc} ({st.restarts} restarts)")
+            else:
+                log.warning("%s: worker exited with %s; restarting", st.slot.name, rc)
+                st.restarts += 1
+                start(st)
+    return states
+
+
+def _stop(states: list[SlotState]) -> None:
+    for st in states:
+        if st.proc is not None and st.proc.poll() is None:
+            st.proc.send_signal(signal.SIGTERM)
+
+
+def write_manifest(queue: Queue, out: Path) -> tuple[int, int]:
+    """Write ``manifest.jsonl`` (and ``.parquet`` if pyarrow is there) and ``failures.jsonl`` in shard order."""
+    rows = [{"shard": shard, **row} for shard, row in queue.results()]
+    fails = [{"shard": s, "state": st, "reason": r} for s, st, r in queue.failures()]
+    atomic_write(out / "manifest.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+    atomic_write(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in fails).encode())
+    try:
+        pa = importlib.import_module("pyarrow")
+        pq = importlib.import_module("pyarrow.parquet")
+    except ImportError:
+        return len(rows), len(fails)
+    tmp = out / ".manifest.parquet.tmp"
+    table = pa.table(
+        {
+            "shard": pa.array([r["shard"] for r in rows], pa.int64()),
+            "path": pa.array([r.get("path", "") for r in rows], pa.string()),
+            "sha256": pa.array([r.get("sha256", "") for r in rows], pa.string()),
+            "row": pa.array([json.dumps(r, sort_keys=True) for r in rows], pa.string()),
+        }
+    )
+    pq.write_table(table, tmp)
+    tmp.replace(out / "manifest.parquet")
+    return len(rows), len(fails)
+
+
+if __name__ == "__main__":
+    _child_main()

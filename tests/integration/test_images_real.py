@@ -1,0 +1,70 @@
+"""Real photographs from Debian packages (fetched at test time, cached, never committed).
+
+EXIF-rotated and progressive phone JPEGs, PNG and 16-bit PNG decode; corrupt and truncated files
+made from real ones are recorded as failed while the rest of the batch continues.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+from PIL import Image, ImageOps
+
+from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.images.data import RealImages, real_images
+from gpuprov.images.pipeline import DecodeError, Decoder, exif_orientation
+
+
+@pytest.fixture(scope="module")
+def real() -> RealImages:
+    try:
+        return real_images()
+    except EnvironmentMissing as exc:
+        pytest.skip(f"cannot fetch the test image packages: {exc}")
+
+
+@pytest.fixture(scope="module")
+def decoder() -> Decoder:
+    return Decoder("cpu", threads=2)
+
+
+def _shape(path: Path) -> tuple[int, int]:
+    with Image.open(path) as im:
+        w, h = ImageOps.exif_transpose(im).size
+    return h, w
+
+
+def test_sets_are_present(real: RealImages) -> None:
+    assert real.progressive and real.exif_rotated and real.png and real.png16 and real.large
+
+
+def test_exif_rotated_and_progressive(real: RealImages, decoder: Decoder) -> None:
+    paths = real.exif_rotated[:2] + real.progressive[:3]
+    for path, dec in zip(paths, decoder.decode([p.read_bytes() for p in paths]), strict=True):
+        assert not isinstance(dec, DecodeError), f"{path}: {dec}"
+        assert tuple(dec.pixels.shape[1:]) == _shape(path), path
+    rotated = real.exif_rotated[0]
+    assert exif_orientation(rotated.read_bytes()[:65536]) in range(2, 9)
+
+
+def test_png_and_16bit(real: RealImages, decoder: Decoder) -> None:
+    paths = real.png[:2] + real.png16[:2]
+    decoded = decoder.decode([p.read_bytes() for p in paths])
+    for dec in decoded:
+        assert not isinstance(dec, DecodeError)
+    assert [d.max_value for d in decoded if not isinstance(d, DecodeError)] == [255.0, 255.0, 65535.0, 65535.0]
+
+
+def test_corrupt_and_truncated_real_files_fail_alone(real: RealImages, decoder: Decoder) -> None:
+    good = real.jpeg[0].read_bytes()
+    truncated = real.large[0].read_bytes()
+    truncated = truncated[: len(truncated) // 3]
+    corrupt = bytearray(good)
+    corrupt[2:2000] = b"\x00" * 1998
+    out = decoder.decode([good, truncated, bytes(corrupt)])
+    assert not isinstance(out[0], DecodeError)
+    assert isinstance(out[1], DecodeError) and isinstance(out[2], DecodeError)

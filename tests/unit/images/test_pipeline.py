@@ -1,0 +1,104 @@
+"""Format sniffing, decoding, resize/normalise, OOM backoff and the automatic batch size (CPU)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+from PIL import Image  # noqa: E402
+
+from gpuprov.images import pipeline  # noqa: E402
+from gpuprov.images.pipeline import Backoff, BudgetExceeded, DecodeError, Decoder  # noqa: E402
+
+
+def _jpeg(w: int = 64, h: int = 48, *, progressive: bool = False, orientation: int | None = None) -> bytes:
+    im = Image.new("RGB", (w, h), (200, 30, 30))
+    buf = io.BytesIO()
+    exif = Image.Exif()
+    if orientation:
+        exif[0x0112] = orientation
+    im.save(buf, "JPEG", progressive=progressive, exif=exif.tobytes() if orientation else b"")
+    return buf.getvalue()
+
+
+def _png(mode: str = "RGB") -> bytes:
+    buf = io.BytesIO()
+    Image.new(mode, (40, 30), 1000 if mode == "I;16" else (1, 2, 3)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_sniffing() -> None:
+    assert pipeline.jpeg_kind(_jpeg()) == "baseline"
+    assert pipeline.jpeg_kind(_jpeg(progressive=True)) == "progressive"
+    assert pipeline.jpeg_kind(b"not a jpeg") is None
+    assert pipeline.exif_orientation(_jpeg(orientation=6)) == 6
+    assert pipeline.exif_orientation(_jpeg()) is None
+    assert pipeline.png_bit_depth(_png()) == 8
+    assert pipeline.png_bit_depth(_png("I;16")) == 16
+
+
+def test_decode_applies_exif_and_reports_corrupt() -> None:
+    dec = Decoder("cpu", threads=2)
+    try:
+        ok, rotated, png16, bad, trunc = dec.decode(
+            [_jpeg(), _jpeg(orientation=6), _png("I;16"), b"junk", _jpeg()[:200]]
+        )
+    finally:
+        dec.close()
+    assert not isinstance(ok, DecodeError) and tuple(ok.pixels.shape) == (3, 48, 64)
+    assert not isinstance(rotated, DecodeError) and tuple(rotated.pixels.shape) == (3, 64, 48)
+    assert not isinstance(png16, DecodeError) and png16.max_value == 65535.0
+    assert int(png16.pixels.max()) == 1000
+    assert isinstance(bad, DecodeError)
+    assert isinstance(trunc, DecodeError)
+
+
+def test_resize_and_normalise() -> None:
+    dec = pipeline.Decoded(torch.full((3, 100, 200), 255, dtype=torch.uint8), 255.0)
+    unit = pipeline.to_unit(dec, 32)
+    assert tuple(unit.shape) == (1, 3, 32, 32) and float(unit.max()) == pytest.approx(1.0)
+    thumb = pipeline.to_unit(dec, 50, crop=False)
+    assert tuple(thumb.shape) == (1, 3, 25, 50)
+    assert tuple(pipeline.to_unit(dec, 400, crop=False).shape) == (1, 3, 100, 200)  # never enlarged
+    batch = pipeline.normalise([unit, unit], half=False)
+    assert batch.is_contiguous(memory_format=torch.channels_last)
+    assert float(batch[0, 0, 0, 0]) == pytest.approx((1 - 0.485) / 0.229, rel=1e-4)
+
+
+def test_backoff_halves_on_oom_and_keeps_order() -> None:
+    seen: list[int] = []
+
+    def fn(chunk: Sequence[int]) -> list[int]:
+        seen.append(len(chunk))
+        if len(chunk) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return [x * 10 for x in chunk]
+
+    b = Backoff(16)
+    assert b.run(list(range(10)), fn) == [x * 10 for x in range(10)]
+    assert b.batch == 2 and b.halvings == 3
+    assert seen[:4] == [10, 8, 4, 2]
+
+
+def test_backoff_raises_other_errors_and_oom_at_one() -> None:
+    with pytest.raises(ValueError):
+        Backoff(4).run([1, 2], lambda c: (_ for _ in ()).throw(ValueError("boom")))
+    with pytest.raises(BudgetExceeded):
+        Backoff(4).run([1, 2], lambda c: (_ for _ in ()).throw(BudgetExceeded("always")))
+
+
+def test_budget_drives_oom_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(pipeline.MEM_BUDGET_ENV, str(4 * 3 * 8 * 8 * 4 * 64))
+    pipeline.check_budget(4, 8)
+    with pytest.raises(BudgetExceeded):
+        pipeline.check_budget(5, 8)
+    assert pipeline.auto_batch("cpu", lambda n: pipeline.check_budget(n, 8)) == 4
+
+
+def test_auto_batch_cpu_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(pipeline.MEM_BUDGET_ENV, raising=False)
+    assert pipeline.auto_batch("cpu", lambda n: None) == pipeline.CPU_DEFAULT_BATCH

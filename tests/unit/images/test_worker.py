@@ -1,0 +1,130 @@
+"""Worker pinning (B24), the in-process worker loop over a sqlite queue, OOM backoff and the manifest."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+from PIL import Image
+
+from gpuprov.exceptions import ConfigError
+from gpuprov.images.pipeline import MEM_BUDGET_ENV
+from gpuprov.images.queue import open_queue
+from gpuprov.images.worker import Slot, WorkerConfig, resolve_slots, self_check, worker_env, worker_main, write_manifest
+
+B24 = [("GPU-d150", "00000000:01:00.0"), ("GPU-0a01", "00000000:07:00.0"), ("GPU-0a02", "00000000:47:00.0")]
+
+
+class FakeNVML:
+    """pynvml stand-in in PCI bus order (nvidia-smi's numbering), as in case B24."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return len(B24)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return B24[h][0]
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        return SimpleNamespace(busId=B24[h][1].encode())
+
+
+def test_slots_pin_by_uuid_in_bus_order() -> None:
+    slots = resolve_slots("1,2", nvml=FakeNVML())
+    assert [(s.uuid, s.bus_id) for s in slots] == B24[1:]
+    env = worker_env(slots[0])
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-0a01" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert resolve_slots("GPU-d150", nvml=FakeNVML())[0].name == "gpu0"
+    assert len(resolve_slots("all", nvml=FakeNVML())) == 3
+    with pytest.raises(ConfigError):
+        resolve_slots("7", nvml=FakeNVML())
+    assert [s.name for s in resolve_slots("cpu", cpu_workers=2)] == ["cpu0", "cpu1"]
+
+
+def test_self_check_on_cpu_and_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert self_check(Slot("cpu0")) == "cpu"
+    import torch
+
+    from gpuprov.images.worker import DeviceMismatch
+
+    props = SimpleNamespace(uuid="d150", pci_domain_id=0, pci_bus_id=1, pci_device_id=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    assert self_check(Slot("gpu0", "GPU-d150", "00000000:01:00.0")) == "cuda"
+    with pytest.raises(DeviceMismatch, match="CUDA opened GPU-d150"):
+        self_check(Slot("gpu1", "GPU-0a01", "00000000:07:00.0"))
+
+
+def _images(folder: Path, n: int) -> list[Path]:
+    folder.mkdir()
+    paths = []
+    for i in range(n):
+        p = folder / f"{i:03d}.jpg"
+        Image.new("RGB", (40 + i, 30), (i * 10 % 256, 50, 90)).save(p, quality=90)
+        paths.append(p)
+    bad = folder / "corrupt.jpg"
+    bad.write_bytes(paths[0].read_bytes()[:100])
+    return [*paths, bad]
+
+
+def _run(tmp_path: Path, task: str, batch: int) -> tuple[Any, list[dict[str, Any]]]:
+    paths = _images(tmp_path / "in", 10)
+    url = f"sqlite:///{tmp_path}/q.db"
+    q = open_queue(url)
+    q.submit({"path": str(p)} for p in paths)
+    q.close()
+    events: list[dict[str, Any]] = []
+    worker_main(WorkerConfig(url, str(tmp_path / "out"), task=task, batch=batch, size=32, lease_s=30), events.append)
+    return open_queue(url), events
+
+
+def test_worker_processes_queue_and_records_corrupt(tmp_path: Path) -> None:
+    q, events = _run(tmp_path, "thumbnail", 4)
+    stats = q.stats()
+    assert (stats.done, stats.failed, stats.open) == (10, 1, 0)
+    rows, fails = write_manifest(q, tmp_path / "out")
+    assert (rows, fails) == (10, 1)
+    lines = [json.loads(x) for x in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    assert [r["shard"] for r in lines] == list(range(10))
+    for r in lines:
+        thumb = tmp_path / "out" / r["thumb"]
+        assert r["sha256"] in thumb.name and Image.open(io.BytesIO(thumb.read_bytes())).size[0] <= 32
+    failure = json.loads((tmp_path / "out" / "failures.jsonl").read_text())
+    assert failure["shard"] == 10 and "decode error" in failure["reason"]
+    assert events[-1] == {"event": "exit", "done": 10, "failed": 1}
+    assert not list((tmp_path / "out").rglob("*.tmp"))
+    q.close()
+
+
+def test_worker_halves_batch_under_memory_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MEM_BUDGET_ENV, str(2 * 3 * 32 * 32 * 4 * 64))  # room for 2 images of 32x32
+    q, events = _run(tmp_path, "stats", 8)
+    assert q.stats().done == 10
+    assert [e["batch"] for e in events if e["event"] == "progress"][-1] == 2
+    q.close()
+
+
+def test_model_task_torchscript(tmp_path: Path) -> None:
+    import torch
+
+    from gpuprov.images.tasks import make_task, synthetic_items
+
+    net = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 7)).eval()
+    torch.jit.save(torch.jit.trace(net, torch.randn(1, 3, 16, 16)), str(tmp_path / "m.pt"))
+    task = make_task(None, tmp_path / "m.pt", tmp_path, "cpu", size=16)
+    rows = task.process(synthetic_items(3, "cpu", 20, 30))
+    assert len(rows) == 3 and len(rows[0]["top5"]) == 5
+    with pytest.raises(ConfigError):
+        make_task("stats", tmp_path / "m.pt", tmp_path, "cpu")
