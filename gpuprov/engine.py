@@ -6,7 +6,11 @@ raises first), the ``--limit`` pattern matches at least one host, and every ``--
 
 from __future__ import annotations
 
+import difflib
 import logging
+import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import yaml
 from rich.console import Console
 
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, ConfigError
-from gpuprov.fleet import load_fleet
+from gpuprov.fleet import Fleet, load_fleet
 from gpuprov.recap import ProgressPrinter, findings_table, recap_table, retry_command, summary, write_summary
 from gpuprov.render import render_inventory
 from gpuprov.resources import playbooks_dir, roles_dir, state_dir
@@ -61,6 +65,74 @@ def _select_playbook(roles: list[str], run_dir: Path) -> tuple[Path, str]:
     return path, "+".join(ordered)
 
 
+def env_refs(value: object, path: str = "") -> Iterator[tuple[str, str]]:
+    """Yield ``(field path, variable name)`` for every ``{env: NAME}`` reference inside ``value``."""
+    if isinstance(value, dict):
+        if set(value) == {"env"} and isinstance(value["env"], str):
+            yield path, value["env"]
+            return
+        for key, item in value.items():
+            yield from env_refs(item, f"{path}.{key}" if path else str(key))
+
+
+def check_env_refs(fleet: Fleet) -> None:
+    """Every secret the fleet file names as ``{env: NAME}`` must be set before anything runs.
+
+    Raises:
+        ConfigError: the first unset variable, naming the field and the variable.
+    """
+    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in fleet.hosts.values() for p, n in env_refs(h.settings)]
+    refs += [(f"hosts.{h.name}.become_password", h.connection.become_password_env)
+             for h in fleet.hosts.values() if h.connection.become_password_env]
+    for field_path, name in refs:
+        if not os.environ.get(name):
+            raise ConfigError(f"{field_path}: environment variable {name} is not set - export {name} "
+                              "(the fleet file names it as {env: " + name + "})")
+
+
+def known_tags() -> set[str]:
+    """Tags a run can select: every role's name (play-level tags), ``gpuprov``, Ansible's special tags and
+    the tags role tasks set (``never``, Molecule skip tags)."""
+    tags = {"gpuprov", "all", "always", "never", "tagged", "untagged"} | {r.name for r in list_roles()}
+    for path in roles_dir().glob("*/tasks/*.yml"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            if stripped.startswith("tags:") and "[" in stripped:
+                tags.update(t.strip(" '\"") for t in stripped.split("[", 1)[1].rstrip("]").split(","))
+            elif stripped.startswith("- ") and stripped[2:].strip().startswith("molecule-"):
+                tags.add(stripped[2:].strip())
+    return {t for t in tags if t}
+
+
+def check_tags(value: str | None, option: str) -> None:
+    """Reject a tag no play or task carries (Ansible would silently run nothing on the hosts).
+
+    Raises:
+        ConfigError: naming the unknown tag and a close match.
+    """
+    if not value:
+        return
+    known = known_tags()
+    for tag in (t.strip() for t in value.split(",") if t.strip()):
+        if tag not in known:
+            close = difflib.get_close_matches(tag, sorted(known), n=1)
+            hint = f" - did you mean '{close[0]}'?" if close else f" - use a role name ({', '.join(sorted(known))})"
+            raise ConfigError(f"{option} {tag}: no play or task has this tag{hint}")
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """The summary path must be writable before the run starts.
+
+    Raises:
+        ConfigError: its directory does not exist or is not writable, or it is a directory.
+    """
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a directory - give a file path")
+    parent = path.parent if str(path.parent) else Path()
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError(f"{option} {path}: {parent} is not a writable directory - choose another path")
+
+
 def _check_limit(inventory: Path, limit: str | None) -> None:
     if not limit:
         return
@@ -89,9 +161,18 @@ def execute(options: ApplyOptions, console: Console) -> int:
         raise ConfigError(f"--forks {options.forks}: must be at least 1")
     for name in options.roles:
         role_playbook(name)
+    check_env_refs(fleet)
+    check_tags(options.tags, "--tags")
+    check_tags(options.skip_tags, "--skip-tags")
+    if options.json_path is not None:
+        check_output_path(options.json_path, "--json")
     run_dir = new_run_dir(state_dir(), "-".join(options.roles) or "site")
     inventory = render_inventory(fleet, run_dir / "inventory")
-    _check_limit(inventory, options.limit)
+    try:
+        _check_limit(inventory, options.limit)
+    except ConfigError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run record behind
+        raise
     playbook, label = _select_playbook(options.roles, run_dir)
     request = RunRequest(
         inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,

@@ -9,6 +9,7 @@ Exit codes (documented in README.md, modelled on black's ``--check``):
 * 2 - invalid input or usage; see :class:`ConfigError` and subclasses
 * 3 - one or more hosts failed or were unreachable; see :class:`HostsFailed`
 * 4 - the local environment lacks something gpuprov needs (Docker, NVML, a tool)
+* 130 / 143 - interrupted by SIGINT / SIGTERM; see :class:`Interrupted`
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ class HostsFailed(GpuprovError):
     def __init__(self, message: str, hosts: list[str]) -> None:
         super().__init__(message)
         self.hosts = hosts
+
+
+class Interrupted(GpuprovError):
+    """The run was stopped by SIGINT (exit 130) or SIGTERM (exit 143); ansible-playbook's process group
+    was killed with it."""
+
+    exit_code = 130
 
 
 class EnvironmentMissing(GpuprovError):

@@ -7,13 +7,16 @@ ansible-playbook's stdout.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from gpuprov.exceptions import ConfigError
 from gpuprov.runner import RESULT_EVENTS, RunResult
 
 #: Version of the ``--json`` summary layout (documented in README.md, "Run summary (--json)").
@@ -147,8 +150,25 @@ def summary(result: RunResult, *, fleet: Path, playbook: str, check: bool, exit_
 
 
 def write_summary(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented JSON to ``path`` atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write ``data`` as indented JSON to ``path``.
+
+    A regular file (or a new path) is replaced atomically (a unique temp file + rename); a symlink,
+    device or FIFO (``/dev/stdout``) is written through, never replaced.
+
+    Raises:
+        ConfigError: the path cannot be written.
+    """
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            with path.open("w", encoding="utf-8") as handle:
+                handle.write(text)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        Path(tmp).chmod(0o644)
+        Path(tmp).replace(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the summary to {path}: {exc.strerror or exc}") from None

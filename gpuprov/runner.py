@@ -13,10 +13,13 @@ ok/changed/failures/dark/skipped counts that decide drift and failure.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import secrets
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +28,7 @@ from typing import Any
 import ansible_runner
 
 from gpuprov.ansible_settings import BASE_ENV
-from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError
+from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError, Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +241,54 @@ def parse_extravars(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
+class _SignalStop:
+    """SIGINT/SIGTERM during a run ask ansible-runner to cancel it (it then kills ansible-playbook's whole
+    process group, ssh connections included) instead of leaving them running after gpuprov exits."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signal = signum
+
+    def requested(self) -> bool:
+        """ansible-runner's cancel callback: True once a signal arrived."""
+        return self.signal is not None
+
+    def install(self) -> None:
+        """Install the handlers (main thread only; elsewhere signals keep their handlers)."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        """Put the previous handlers back."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+
+def _scrub_command_file(artifact_dir: Path) -> None:
+    """Drop the environment and ``-e`` values from ansible-runner's ``artifacts/<id>/command`` record.
+
+    ansible-runner writes the whole process environment there, which holds the secrets the fleet file
+    names as ``{env: NAME}``; the run record keeps the variable names only.
+    """
+    path = artifact_dir / "command"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    argv = [str(a) for a in data.get("command") or []]
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("-e", "--extra-vars"):
+            argv[i + 1] = "(hidden)"
+    data["command"] = argv
+    data["env"] = sorted(data.get("env") or {})
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
 def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> RunResult:
     """Run ``request.playbook`` through ansible-runner and return the accounted result.
 
@@ -248,29 +299,40 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
         PlaybookError: ansible-playbook ended with an error before any host ran a task.
     """
     collector = EventCollector(on_event)
+    stop = _SignalStop()
     cmdline = " ".join(flag for flag, on in (("--check", request.check), ("--diff", request.diff)) if on)
     ident = request.run_dir.name
     started = dt.datetime.now(dt.timezone.utc)
     log.debug("running %s in %s", request.playbook, request.run_dir)
-    runner = ansible_runner.run(
-        private_data_dir=str(request.run_dir),
-        ident=ident,
-        playbook=str(request.playbook),
-        inventory=str(request.inventory),
-        roles_path=str(request.roles_path),
-        envvars=run_env(),
-        extravars=request.extravars or None,
-        cmdline=cmdline or None,
-        tags=request.tags,
-        skip_tags=request.skip_tags,
-        limit=request.limit,
-        forks=request.forks,
-        verbosity=request.verbosity or None,
-        event_handler=collector,
-        suppress_env_files=True,
-        quiet=True,
-    )
+    stop.install()
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(request.run_dir),
+            ident=ident,
+            playbook=str(request.playbook),
+            inventory=str(request.inventory),
+            roles_path=str(request.roles_path),
+            envvars=run_env(),
+            extravars=request.extravars or None,
+            cmdline=cmdline or None,
+            tags=request.tags,
+            skip_tags=request.skip_tags,
+            limit=request.limit,
+            forks=request.forks,
+            verbosity=request.verbosity or None,
+            event_handler=collector,
+            cancel_callback=stop.requested,
+            suppress_env_files=True,
+            quiet=True,
+        )
+    finally:
+        stop.restore()
     finished = dt.datetime.now(dt.timezone.utc)
+    _scrub_command_file(Path(runner.config.artifact_dir))
+    if runner.status == "canceled":
+        code = 143 if stop.signal == signal.SIGTERM else 130
+        raise Interrupted(f"interrupted by {signal.Signals(stop.signal or signal.SIGINT).name}: ansible-playbook "
+                          f"and its connections were stopped; run record: {request.run_dir}", exit_code=code)
     stats: dict[str, dict[str, int]] = runner.stats or {}
     if runner.rc != 0 and not any(stats.get(key) for key in ("ok", "failures", "dark", "skipped")):
         stdout = Path(runner.config.artifact_dir) / "stdout"

@@ -12,6 +12,7 @@ validation can go on and report everything at once.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,10 @@ class LoadedYaml:
         return 1
 
 
+#: Largest fleet file read (bytes): a 10,000-host fleet file is about 1 MB.
+MAX_FLEET_BYTES = 16 * 1024 * 1024
+
+
 def load_yaml(path: Path, display: str | None = None) -> LoadedYaml:
     """Read ``path`` and return its data with line numbers; ``display`` names the file in problems.
 
@@ -55,6 +60,14 @@ def load_yaml(path: Path, display: str | None = None) -> LoadedYaml:
     """
     name = display if display is not None else str(path)
     try:
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise _fatal(name, 0, "is not a regular file (a device, FIFO or socket)", "pass the fleet file itself")
+        if info.st_size > MAX_FLEET_BYTES:
+            raise _fatal(name, 0, f"is {info.st_size} bytes, over the {MAX_FLEET_BYTES}-byte limit",
+                         "split the fleet, or check that this is a fleet file")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise _fatal(name, 0, "file not found", "check the path to the fleet file") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,10 @@ def format_path(path: Sequence[object]) -> str:
     return out or DOCUMENT
 
 
+#: ``scheme://user:password@`` in any URL a message quotes: the password never reaches the output.
+_USERINFO = re.compile(r"(://[^/@\s:'\"]*:)[^/@\s'\"]*@")
+
+
 @dataclass(frozen=True, order=True)
 class Problem:
     """A problem found in a fleet file.
@@ -39,4 +44,5 @@ class Problem:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.path}: {self.problem} - {self.fix}"
+        text = f"{self.file}:{self.line}: {self.path}: {self.problem} - {self.fix}"
+        return _USERINFO.sub(r"\1***@", text)

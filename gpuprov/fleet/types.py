@@ -139,10 +139,18 @@ def _check_port(value: object) -> int:
     return value
 
 
+#: Host names Ansible (or gpuprov's plays, which target the group ``gpuprov``) give another meaning:
+#: a host called ``gpuprov`` would make every play run on that host alone.
+RESERVED_HOSTS = RESERVED_GROUPS | {"localhost"}
+
+
 def check_host_name(value: object) -> str:
     text = _require_str(value, "a host name", "gpu01")
     if not _HOST_NAME.match(text):
         raise fail(f"{text!r} is not a valid inventory host name", "use letters, digits, _, . and -")
+    if text in RESERVED_HOSTS:
+        raise fail(f"host name {text!r} is reserved (Ansible patterns and gpuprov's plays use it)",
+                   "choose another name, e.g. gpu01")
     return text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,14 @@ def _host(tmp_path: Path, name: str) -> dict[str, str]:
             "marker": str(tmp_path / f"{name}.marker")}
 
 
-def test_counts_come_from_stats_and_events(tmp_path: Path) -> None:
+def test_counts_come_from_stats_and_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "not-in-any-record-" + os.urandom(4).hex()
+    monkeypatch.setenv("GPUPROV_TEST_SECRET", secret)
     request = _request(tmp_path, {"good": _host(tmp_path, "good"), "broken": _host(tmp_path, "broken")})
+    request.extravars = {"some_token": secret}
     result = run_playbook(request)
+    leaks = [p for p in request.run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == [], "a secret from the environment or -e reached the run record"
     assert result.hosts["good"].changed == 1
     assert result.hosts["good"].failed == 0
     assert result.hosts["broken"].failed == 1
@@ -101,3 +107,36 @@ def test_bad_extravars_are_config_errors(pair: str) -> None:
 
 def test_extravars_keep_values_verbatim() -> None:
     assert parse_extravars(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+
+
+def test_sigint_cancels_the_run_and_kills_ansible(tmp_path: Path) -> None:
+    """Ctrl-C stops ansible-playbook's whole process group (its workers and connections) and exits 130.
+
+    The module already running on a host may finish there (Ansible's own Ctrl-C behaves the same): with
+    the local connection it runs in a session of its own, so the test ends it itself.
+    """
+    import signal
+    import subprocess
+    import threading
+
+    from gpuprov.exceptions import Interrupted
+
+    marker = f"gpuprov-sleep-{os.urandom(4).hex()}"
+    play = [{"name": "Hang", "hosts": "all", "gather_facts": False,
+             "tasks": [{"name": "Sleep", "ansible.builtin.command": "",
+                        "changed_when": False}]}]
+    request = _request(tmp_path, {"good": _host(tmp_path, "good")})
+    play[0]["tasks"][0]["ansible.builtin.command"] = f"sh -c 'sleep 120; : {marker}'"
+    request.playbook.write_text(yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
+    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted) as info:
+            run_playbook(request)
+    finally:
+        timer.cancel()
+    assert info.value.exit_code == 130
+    subprocess.run(["pkill", "-f", marker], check=False)
+    left = subprocess.run(["pgrep", "-f", str(request.run_dir)], capture_output=True, text=True,
+                          check=False).stdout.split()
+    assert left == [], f"ansible processes left running after the interrupt: {left}"
