@@ -254,3 +254,14 @@ def test_fail_message_lists_each_finding_and_fix(findings_rules: ModuleType, pro
     assert text.count("\n    fix: ") == 2
     assert "0000:00:06.0" in text and "0000:00:07.0" in text
     assert findings_rules.failing(found, ["fail", "info"]) != bad
+
+
+def test_real_h200_host_has_no_failing_finding(findings_rules: ModuleType) -> None:
+    """The platform bios_check read on the real H200 VM (tests/data/real-h200) with that host's NVML facts."""
+
+    real = Path(__file__).resolve().parents[2] / "data" / "real-h200"
+    platform = json.loads((real / "bios_check-report.json").read_text())["platform"]
+    gpus = json.loads((real / "facts.json").read_text())
+    settings = {"expected_gpu_model": "H200", "expected_gpu_count": 2}
+    failing = [f for f in findings_rules.evaluate(platform, gpus, settings) if f["severity"] == "fail"]
+    assert failing == []
