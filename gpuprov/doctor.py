@@ -10,7 +10,6 @@ and the facts are taken from the runner events' registered results, never from a
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
 import re
@@ -25,6 +24,7 @@ from typing import Any
 
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.resources import roles_dir
+from gpuprov.role_code import library, module_utils
 
 log = logging.getLogger(__name__)
 
@@ -32,35 +32,20 @@ log = logging.getLogger(__name__)
 PCI_MODULES = ["nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "vfio_pci"]
 
 
-def _load(name: str, relative: str) -> ModuleType:
-    """Import a file of roles/gpuprov_common under ``name`` (once), as Ansible would resolve it."""
-    if name in sys.modules:
-        return sys.modules[name]
-    path = roles_dir() / "gpuprov_common" / relative
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise EnvironmentMissing(f"{path} is missing: reinstall gpuprov")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @cache
 def rules() -> ModuleType:
     """The doctor rules module (``gpuprov_doctor.py``)."""
-    return _load("gpuprov_doctor_rules", "module_utils/gpuprov_doctor.py")
+    return module_utils("gpuprov_doctor")
 
 
 @cache
 def findings() -> ModuleType:
     """bios_check's rules module (``gpuprov_findings.py``)."""
-    return _load("gpuprov_findings_rules", "module_utils/gpuprov_findings.py")
+    return module_utils("gpuprov_findings")
 
 
 def _library(name: str) -> ModuleType:
-    _load("ansible.module_utils.gpuprov_kernels", "module_utils/gpuprov_kernels.py")
-    return _load(f"gpuprov_doctor_{name}", f"library/{name}.py")
+    return library(name, needs=("gpuprov_kernels", "gpuprov_findings"))
 
 
 def diagnose(facts: dict[str, Any]) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ play, never from ansible-playbook's output.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass, field
 from functools import cache
@@ -22,6 +21,7 @@ from rich.table import Table
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, NVMLUnavailable
 from gpuprov.resources import roles_dir
+from gpuprov.role_code import common_path, module_utils
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ FACTS_PLAY: list[dict[str, Any]] = [
 
 def collector_path() -> Path:
     """Return the path of the shared collector, ``<roles>/gpuprov_common/module_utils/gpuprov_nvml.py``."""
-    return roles_dir() / "gpuprov_common" / "module_utils" / "gpuprov_nvml.py"
+    return common_path("module_utils/gpuprov_nvml.py")
 
 
 @cache
@@ -51,13 +51,7 @@ def load_collector() -> ModuleType:
     Raises:
         EnvironmentMissing: the file is missing (a broken installation).
     """
-    path = collector_path()
-    spec = importlib.util.spec_from_file_location("gpuprov_nvml_collector", path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise EnvironmentMissing(f"the NVML collector {path} is missing: reinstall gpuprov")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_utils("gpuprov_nvml")
 
 
 def collect_with(nv: Any) -> dict[str, Any]:

@@ -71,6 +71,7 @@ import struct
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuprov_findings import norm_bus
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA = "0x10de"
@@ -102,20 +103,6 @@ def _listdir(path):
         return sorted(os.listdir(path))
     except OSError:
         return None
-
-
-def norm_bus(bus_id):
-    """'00000000:3B:00.0' / '0000:3b:00' -> '0000:3b:00.0'; None stays None."""
-    if not bus_id:
-        return None
-    text = str(bus_id).strip().lower()
-    if re.match(r"^[0-9a-f]{8}:", text):
-        text = text[4:]
-    if re.match(r"^[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", text):
-        text = "0000:" + text
-    if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$", text):
-        text += ".0"
-    return text
 
 
 def _run(argv):
