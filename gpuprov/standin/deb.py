@@ -1,0 +1,119 @@
+"""Declarative package specs and ``dpkg-deb --build``."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuprov.exceptions import ConfigError, EnvironmentMissing
+
+log = logging.getLogger(__name__)
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+SCRIPTS = ("preinst", "postinst", "prerm", "postrm")
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One path in the package: a regular file (``content``, ``mode``) or a symlink (``link``)."""
+
+    content: str = ""
+    mode: int = 0o644
+    link: str | None = None
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """A binary package: control fields, files (absolute path -> :class:`FileSpec`) and maintainer scripts."""
+
+    name: str
+    version: str
+    architecture: str = "all"
+    depends: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    description: str = "gpuprov test stand-in package"
+    files: dict[str, FileSpec] = field(default_factory=dict)
+    scripts: dict[str, str] = field(default_factory=dict)
+
+    def control(self) -> str:
+        """The DEBIAN/control text."""
+        lines = [
+            f"Package: {self.name}",
+            f"Version: {self.version}",
+            f"Architecture: {self.architecture}",
+            "Maintainer: gpuprov tests <tests@gpuprov.invalid>",
+            "Section: misc",
+            "Priority: optional",
+        ]
+        if self.depends:
+            lines.append("Depends: " + ", ".join(self.depends))
+        if self.provides:
+            lines.append("Provides: " + ", ".join(self.provides))
+        summary, _, rest = self.description.partition("\n")
+        lines.append(f"Description: {summary}")
+        lines.extend(" " + (line or ".") for line in rest.splitlines())
+        return "\n".join(lines) + "\n"
+
+
+def _validate(spec: PackageSpec) -> None:
+    if not NAME.match(spec.name):
+        raise ConfigError(f"stand-in package name {spec.name!r}: use lowercase letters, digits and + . -")
+    if not spec.version[:1].isdigit():
+        raise ConfigError(f"stand-in package {spec.name}: version {spec.version!r} must start with a digit")
+    for path in spec.files:
+        if not path.startswith("/") or ".." in Path(path).parts:
+            raise ConfigError(f"stand-in package {spec.name}: file path {path!r} must be absolute, without '..'")
+    for script in spec.scripts:
+        if script not in SCRIPTS:
+            raise ConfigError(f"stand-in package {spec.name}: unknown maintainer script {script!r}")
+
+
+def stage(spec: PackageSpec, root: Path) -> None:
+    """Write the package tree (DEBIAN/ and files) under ``root``."""
+    _validate(spec)
+    debian = root / "DEBIAN"
+    debian.mkdir(parents=True)
+    (debian / "control").write_text(spec.control(), encoding="utf-8")
+    for name, body in spec.scripts.items():
+        script = debian / name
+        script.write_text(body if body.startswith("#!") else "#!/bin/sh\nset -e\n" + body, encoding="utf-8")
+        script.chmod(0o755)
+    for path, file in sorted(spec.files.items()):
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if file.link is not None:
+            target.symlink_to(file.link)
+        else:
+            target.write_text(file.content, encoding="utf-8")
+            target.chmod(file.mode)
+
+
+def build_deb(spec: PackageSpec, out_dir: Path) -> Path:
+    """Build ``<out_dir>/<name>_<version>_<arch>.deb`` and return its path.
+
+    Raises:
+        EnvironmentMissing: dpkg-deb is not installed.
+        ConfigError: the spec is invalid.
+    """
+    dpkg_deb = shutil.which("dpkg-deb")
+    if dpkg_deb is None:
+        raise EnvironmentMissing("dpkg-deb not found: install dpkg (Debian) to build stand-in packages")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    version = spec.version.split(":", 1)[-1]
+    deb = out_dir / f"{spec.name}_{version}_{spec.architecture}.deb"
+    with tempfile.TemporaryDirectory(prefix="gpuprov-standin-") as tmp:
+        root = Path(tmp) / "root"
+        stage(spec, root)
+        proc = subprocess.run(
+            [dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+            capture_output=True, text=True, check=False,
+        )
+    if proc.returncode != 0:
+        raise ConfigError(f"dpkg-deb failed for {spec.name}: {proc.stderr.strip()}")
+    log.debug("built %s", deb)
+    return deb

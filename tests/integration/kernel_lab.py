@@ -1,0 +1,98 @@
+"""Helpers shared by the kernel/DKMS lab tests: a systemd lab container with DKMS and real headers,
+the signed stand-in repository copied into it, and playbook runs through gpuprov.runner."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
+from gpuprov.standin import PackageSpec, build_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO_IN_CONTAINER = "/opt/gpuprov-standin"
+
+PREPARE = r"""
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+# systemd-tmpfiles cleans /tmp during boot, which breaks apt's signature check if apt runs first
+systemctl is-system-running --wait >/dev/null 2>&1 || true
+k=$(ls /boot | sed -n 's/^vmlinuz-//p' | sort | tail -n1)
+apt-get update -qq || { sleep 2; apt-get update -qq; }
+apt-get install -y -qq --no-install-recommends dkms gcc make libc6-dev openssl "linux-headers-$k" >/dev/null
+echo "$k"
+"""
+
+
+def exec_ok(container: Any, script: str) -> str:
+    """Run ``sh -c script`` in the container; assert it succeeded and return its output."""
+    rc, out = container.exec_run(["sh", "-c", script])
+    text = out.decode(errors="replace")
+    assert rc == 0, f"container command failed ({rc}): {script}\n{text}"
+    return text
+
+
+@contextmanager
+def dkms_container(image: str, label: str) -> Iterator[tuple[Any, str]]:
+    """A running lab container with dkms, gcc, make and the real headers of its kernel; yields it and
+    the kernel version (the container's "running" kernel for the roles: the real one is the host's)."""
+    import docker
+
+    client = docker.from_env()
+    container = client.containers.run(
+        image, command="/lib/systemd/systemd", name=f"gpuprov-{label}-{uuid.uuid4().hex[:8]}", detach=True,
+        cap_add=["SYS_ADMIN", "NET_ADMIN"], security_opt=["seccomp=unconfined"],
+        tmpfs={"/run": "", "/run/lock": ""}, volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
+    )
+    try:
+        kernel = exec_ok(container, PREPARE).split()[-1]
+        yield container, kernel
+    finally:
+        container.remove(force=True)
+
+
+def install_repository(container: Any, specs: list[PackageSpec], build_dir: Path) -> None:
+    """Build a signed stand-in repository from ``specs`` and make it an apt source in the container."""
+    repo = build_repository(specs, build_dir)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(str(repo.path), arcname=Path(REPO_IN_CONTAINER).name)
+    container.put_archive(str(Path(REPO_IN_CONTAINER).parent), buffer.getvalue())
+    line = repo.source_line(REPO_IN_CONTAINER, f"{REPO_IN_CONTAINER}/key.gpg")
+    exec_ok(container, f"echo '{line}' > /etc/apt/sources.list.d/gpuprov-standin.list && apt-get update -qq")
+
+
+def run(container: Any, playbook: str, state: Path, extravars: dict[str, Any] | None = None,
+        check: bool = False) -> RunResult:
+    """Run ``playbooks/<playbook>`` on the container through gpuprov.runner (ansible-runner's API)."""
+    run_dir = new_run_dir(state, Path(playbook).stem)
+    inventory = run_dir / "inventory" / "hosts.yml"
+    inventory.parent.mkdir(parents=True)
+    host = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host}}}}}),
+                         encoding="utf-8")
+    request = RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / playbook, roles_path=ROOT / "roles",
+                         run_dir=run_dir, check=check, extravars={k: str(v) for k, v in (extravars or {}).items()})
+    return run_playbook(request)
+
+
+def task_results(result: RunResult, task: str) -> list[dict[str, Any]]:
+    """``res`` of every per-item and per-host ok/failed event of ``task``, read from the run's job events."""
+    import json
+
+    out = []
+    for path in sorted((result.artifact_dir / "job_events").glob("*.json")):
+        event = json.loads(path.read_text(encoding="utf-8"))
+        data = event.get("event_data", {})
+        if data.get("task") == task and event.get("event") in (
+            "runner_item_on_ok", "runner_item_on_failed", "runner_on_ok", "runner_on_failed",
+        ):
+            out.append(data.get("res", {}))
+    return out

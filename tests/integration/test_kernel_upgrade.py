@@ -1,0 +1,56 @@
+"""Acceptance: a newer kernel gets its nvidia module from the driver role; a re-run changes nothing.
+
+A debian12 lab container gets dkms, gcc, make and the real headers of its kernel. The driver role
+installs the stand-in nvidia-dkms-535 (a tiny real DKMS module) from a signed local repository, and DKMS
+really compiles it. Then a newer kernel is installed (stand-in linux-image/linux-headers-6.1.0-99-amd64
+whose /lib/modules/<k>/build points at the real headers, and which, like a kernel installed while DKMS
+hooks are broken, leaves no module behind): it becomes the default boot kernel, so the next reboot would
+lose the GPUs. The role must build the module for it; a second run reports changed=0 in the stats.
+A container shares the host kernel: loading the module and booting the new kernel are out of reach.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprov.standin.catalogue import kernel_headers, kernel_image, nvidia_dkms
+from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run, task_results
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+NEW = "6.1.0-99-amd64"
+BUILD_TASK = "dkms | Build the DKMS modules for each kernel that lacks them"
+
+
+def test_new_kernel_gets_its_module(tmp_path: Path, lab_images: dict[str, str]) -> None:
+    with dkms_container(lab_images["debian12"], "upgrade") as (container, kernel):
+        host = container.name
+        specs = [nvidia_dkms("535", "535.183.01"), kernel_image(NEW, "6.1.999-1"),
+                 kernel_headers(NEW, "6.1.999-1", f"/usr/src/linux-headers-{kernel}")]
+        install_repository(container, specs, tmp_path / "repo")
+        extravars = {"nvidia_driver_running_kernel": kernel}
+
+        first = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
+        assert first.status == "successful", first.hosts[host].failures
+        exec_ok(container, f"test -f /lib/modules/{kernel}/updates/dkms/nvidia.ko")
+
+        # the upgrade: a newer kernel image and its headers, no module built for it
+        exec_ok(container, f"DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-image-{NEW} "
+                           f"linux-headers-{NEW} >/dev/null")
+        exec_ok(container, f"test ! -e /lib/modules/{NEW}/updates/dkms/nvidia.ko")
+
+        second = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
+        assert second.status == "successful", second.hosts[host].failures
+        assert second.hosts[host].changed > 0
+        built = [r for r in task_results(second, BUILD_TASK) if r.get("changed") and "cmd" in r]
+        assert [r["cmd"][-1] for r in built] == [NEW], built
+        exec_ok(container, f"modinfo -k {NEW} -F filename nvidia | grep -q /updates/dkms/nvidia.ko")
+        assert f"nvidia/535.183.01, {NEW}, x86_64: installed" in exec_ok(container, "dkms status")
+        # held, so an apt upgrade cannot move the driver
+        assert "hold" in exec_ok(container, "dpkg --get-selections nvidia-dkms-535")
+
+        third = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
+        assert third.status == "successful"
+        assert third.hosts[host].changed == 0
