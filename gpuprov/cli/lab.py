@@ -85,13 +85,14 @@ def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
 )
 def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[str, ...]) -> None:
     """Start (or reconcile) the lab hosts, install their GPU hardware profile, write the fleet file."""
-    from gpuprov.lab import containers, fleetfile, hardware, state
+    from gpuprov.lab import containers, fleetfile, hardware, repo, state
 
     chosen = _split_oses(oses) or list(containers.DEFAULT_OSES)
     hardware_profiles = _split_list(profiles) or [hardware.DEFAULT_PROFILE]
     lab_dir = state.state_dir()
     hosts = containers.up(count, chosen, profiles=hardware_profiles, lab_dir=lab_dir)
-    path = fleetfile.write_fleet_file(fleet_file, hosts, state.key_path(lab_dir), state.known_hosts_path(lab_dir))
+    path = fleetfile.write_fleet_file(fleet_file, hosts, state.key_path(lab_dir), state.known_hosts_path(lab_dir),
+                                      repo.lab_fingerprint(lab_dir))
     for host in hosts:
         click.echo(f"{host.hostname}  {host.name}  {host.os}  admin@127.0.0.1:{host.port}  profile {host.profile}")
     click.echo(f"fleet file: {path}")

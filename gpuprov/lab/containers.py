@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, HostsFailed
-from gpuprov.lab import dockerenv, hardware, images, state
+from gpuprov.lab import dockerenv, hardware, images, repo, state
 from gpuprov.lab.ports import allocate_ports
 from gpuprov.lab.state import LabHost
 
@@ -181,7 +181,8 @@ def up(
     containers numbered above ``hosts`` are removed. Waits for systemd and sshd, writes known_hosts
     and ``hosts.json`` in ``lab_dir``. Host n gets hardware profile ``profiles[n % len(profiles)]``
     (mock NVML + real nvidia-smi, :func:`gpuprov.lab.hardware.install`), installed on every call so a
-    profile change is applied. Raises ConfigError, EnvironmentMissing (Docker, ssh, a C compiler or an
+    profile change is applied, and the signed stand-in NVIDIA repository served on its loopback
+    (:func:`gpuprov.lab.repo.install`). Raises ConfigError, EnvironmentMissing (Docker, ssh, a C compiler or an
     image build tool missing) or HostsFailed (a host did not come up).
     """
     for profile in profiles:
@@ -232,6 +233,7 @@ def up(
         _authorize(container, public_key)
         profile = profiles[index % len(profiles)]
         hardware.install(container, os_name, profile)
+        repo.install(container, lab_dir, os_name)
         known += state.known_hosts_lines(published, host_keys)
         lab_hosts.append(LabHost(name, hostname, os_name, published, profile))
     state.write_known_hosts(lab_dir, known)

@@ -9,12 +9,14 @@ Shape of the result::
     settings:
       gpus: {model: H200, count: 2, nvswitch: false}
       reboot: {allowed: false}
+      mirrors: {cuda_repo_key_fingerprint: <lab key>}      # the stand-in NVIDIA repository
     hosts:
       lab-debian12-1:
         address: 127.0.0.1
         port: 22201
         description: lab hardware profile h200x2
-        settings: {os: debian12, gpus: {model: H200, count: 2, nvswitch: true}}   # from the profile
+        settings: {os: debian12, mirrors: {cuda_repo_url: "http://127.0.0.1:8471/debian12/"},
+                   gpus: {model: H200, count: 2, nvswitch: true}}   # gpus from the profile
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import yaml
 
 from gpuprov.lab.hardware import fleet_gpus
+from gpuprov.lab.repo import url_for
 from gpuprov.lab.state import LabHost
 
 DEFAULT_FLEET_FILE = Path("inventory/lab.yml")
@@ -43,8 +46,10 @@ HEADER = """\
 """
 
 
-def _host_entry(host: LabHost) -> dict[str, Any]:
+def _host_entry(host: LabHost, cuda_repo: bool) -> dict[str, Any]:
     settings: dict[str, Any] = {"os": host.os}
+    if cuda_repo:
+        settings["mirrors"] = {"cuda_repo_url": url_for(host.os)}
     gpus = fleet_gpus(host.profile)
     if gpus is not None:
         settings["gpus"] = gpus
@@ -52,8 +57,17 @@ def _host_entry(host: LabHost) -> dict[str, Any]:
             "settings": settings}
 
 
-def fleet_document(hosts: list[LabHost], key: Path, known_hosts: Path) -> dict[str, Any]:
-    """The fleet file as a mapping (key order as written); paths are made absolute."""
+def fleet_document(hosts: list[LabHost], key: Path, known_hosts: Path,
+                   cuda_repo_key_fingerprint: str | None = None) -> dict[str, Any]:
+    """The fleet file as a mapping (key order as written); paths are made absolute.
+
+    With ``cuda_repo_key_fingerprint`` (the lab's stand-in repository key) the fleet's
+    ``mirrors.cuda_repo_key_fingerprint`` is set and each host's ``mirrors.cuda_repo_url`` points at the
+    stand-in repository served on its own loopback (:mod:`gpuprov.lab.repo`).
+    """
+    settings: dict[str, Any] = {section: dict(values) for section, values in LAB_SETTINGS.items()}
+    if cuda_repo_key_fingerprint:
+        settings["mirrors"] = {"cuda_repo_key_fingerprint": cuda_repo_key_fingerprint}
     return {
         "version": 1,
         "name": "lab",
@@ -64,21 +78,24 @@ def fleet_document(hosts: list[LabHost], key: Path, known_hosts: Path) -> dict[s
             "become": True,
             "host_key_checking": True,
         },
-        "settings": {section: dict(values) for section, values in LAB_SETTINGS.items()},
-        "hosts": {host.hostname: _host_entry(host) for host in hosts},
+        "settings": settings,
+        "hosts": {host.hostname: _host_entry(host, bool(cuda_repo_key_fingerprint)) for host in hosts},
     }
 
 
-def render_fleet(hosts: list[LabHost], key: Path, known_hosts: Path) -> str:
+def render_fleet(hosts: list[LabHost], key: Path, known_hosts: Path,
+                 cuda_repo_key_fingerprint: str | None = None) -> str:
     """The fleet file's text: :data:`HEADER` followed by the YAML of :func:`fleet_document`."""
-    body = yaml.safe_dump(fleet_document(hosts, key, known_hosts), sort_keys=False, default_flow_style=False)
+    document = fleet_document(hosts, key, known_hosts, cuda_repo_key_fingerprint)
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
     return HEADER + body
 
 
-def write_fleet_file(path: Path, hosts: list[LabHost], key: Path, known_hosts: Path) -> Path:
+def write_fleet_file(path: Path, hosts: list[LabHost], key: Path, known_hosts: Path,
+                     cuda_repo_key_fingerprint: str | None = None) -> Path:
     """Write the fleet file to ``path`` atomically (parents created); returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(render_fleet(hosts, key, known_hosts), encoding="utf-8")
+    tmp.write_text(render_fleet(hosts, key, known_hosts, cuda_repo_key_fingerprint), encoding="utf-8")
     tmp.replace(path)
     return path

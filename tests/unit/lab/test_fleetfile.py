@@ -71,3 +71,21 @@ def test_rewrite_replaces_whole_file(tmp_path: Path) -> None:
     write_fleet_file(path, HOSTS[:1], Path("/k"), Path("/kh"))
     assert list(yaml.safe_load(path.read_text())["hosts"]) == ["lab-debian12-1"]
     assert [p.name for p in tmp_path.iterdir()] == ["lab.yml"]
+
+
+def test_stand_in_repository_settings_validate_and_render(tmp_path: Path) -> None:
+    """With the lab key's fingerprint, each host points at the stand-in repo on its own loopback."""
+    from gpuprov.fleet import load_fleet
+    from gpuprov.render import inventory_files
+
+    fpr = "60AB 627C 4761 FE18 35B2  6079 95A4 3B8F 0B40 4C39"
+    hosts = [LabHost("gpuprov-lab-1", "lab-debian12-1", "debian12", 22201),
+             LabHost("gpuprov-lab-2", "lab-ubuntu2004-2", "ubuntu2004", 22202)]
+    path = write_fleet_file(tmp_path / "lab.yml", hosts, tmp_path / "k", tmp_path / "kh", fpr)
+    data = yaml.safe_load(path.read_text())
+    assert data["settings"]["mirrors"] == {"cuda_repo_key_fingerprint": fpr}
+    assert data["hosts"]["lab-ubuntu2004-2"]["settings"]["mirrors"] == {
+        "cuda_repo_url": "http://127.0.0.1:8471/ubuntu2004/"}
+    files = inventory_files(load_fleet(path))
+    text = yaml.safe_dump(files)
+    assert "http://127.0.0.1:8471/debian12/" in text and fpr.replace(" ", "") in text

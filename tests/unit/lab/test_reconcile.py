@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.lab import containers, hardware, images, state
+from gpuprov.lab import containers, hardware, images, repo, state
 
 HOST_KEYS = "ssh-ed25519 AAAAC3Nza root@x\n"
 
@@ -69,6 +69,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     monkeypatch.setattr(containers, "_authorize", lambda container, key: None)
     monkeypatch.setattr(hardware, "install", lambda container, os_name, profile: container.client.hardware.append(
         (container.name, os_name, profile)))
+    monkeypatch.setattr(repo, "install", lambda container, lab_dir, os_name: None)
     monkeypatch.setattr(containers, "_wait_ssh", lambda hosts, lab_dir: None)
     monkeypatch.setattr(containers, "ssh_ok", lambda host, lab_dir: True)
     monkeypatch.setattr("gpuprov.lab.ports.port_is_free", lambda port, address="127.0.0.1": True)

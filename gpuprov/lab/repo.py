@@ -1,0 +1,191 @@
+"""The lab's stand-in NVIDIA (CUDA) repository, served inside each lab host on its loopback.
+
+NVIDIA's repositories are out of reach from the lab, so ``gpuprov lab up`` does what an air-gapped
+site does: it publishes a signed mirror and points the fleet file's ``mirrors.cuda_repo_url`` and
+``mirrors.cuda_repo_key_fingerprint`` at it, and the nvidia_driver role configures it like any mirror.
+
+* :func:`build` makes, in the lab state dir, one flat repository per lab OS with
+  :mod:`gpuprov.standin` (``nvidia-dkms-<branch>`` with the tiny real DKMS module), plus for the Ubuntu
+  20.04 stand-in an "archive" repository with ``linux-generic-hwe-20.04`` (what Ubuntu's own archive
+  would carry). All are signed with one key per lab, generated once in ``<lab>/standin/gnupg`` (mode
+  0700, never committed); its public key is published next to the packages as ``<fpr[-8:]>.pub``,
+  the file name NVIDIA uses (``3bf863cc.pub``).
+* :func:`install` copies the repositories to ``/srv/gpuprov-standin/`` in a container, starts
+  ``gpuprov-standin-repo.service`` (``python3 -m http.server --bind 127.0.0.1 PORT``) and, on the
+  Ubuntu stand-in, adds the archive repository as a base-OS apt source (the role does not manage the
+  distribution archive), plus ``/etc/ansible/facts.d/gpuprov.fact`` naming the container's booted
+  kernel (``uname -r`` in a container is the build machine's).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuprov.exceptions import HostsFailed
+from gpuprov.standin import build_repository
+from gpuprov.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
+from gpuprov.standin.repo import KEY_NAME, key_fingerprint
+
+log = logging.getLogger(__name__)
+
+#: Loopback port the repository is served on inside every lab host.
+PORT = 8471
+ROOT_IN_HOST = "/srv/gpuprov-standin"
+UNIT = "gpuprov-standin-repo.service"
+#: Bump when the repositories' content changes, so ``lab up`` rebuilds them.
+CONTENT_VERSION = "3"
+
+UNIT_TEXT = f"""\
+# gpuprov lab: serves the stand-in NVIDIA repository on this host's loopback only.
+[Unit]
+Description=gpuprov lab stand-in apt repository (127.0.0.1:{PORT})
+After=network.target
+
+[Service]
+ExecStart=/usr/bin/python3 -m http.server --bind 127.0.0.1 {PORT} --directory {ROOT_IN_HOST}
+DynamicUser=yes
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+ARCHIVE_SOURCE = f"""\
+# gpuprov lab: stand-in for the Ubuntu 20.04 archive's HWE kernel (this host is Debian 11 underneath).
+Types: deb
+URIs: http://127.0.0.1:{PORT}/ubuntu2004-archive/
+Suites: /
+Signed-By: /usr/share/keyrings/gpuprov-lab-archive.gpg
+"""
+
+
+@dataclass(frozen=True)
+class LabRepository:
+    """The repositories built for one lab OS: local directory names and the signing key."""
+
+    os: str
+    root: Path
+    dirs: tuple[str, ...]
+    fingerprint: str
+
+    @property
+    def url(self) -> str:
+        """The CUDA repository URL as a lab host sees it."""
+        return url_for(self.os)
+
+
+def _debian_kernel(container: Any) -> str:
+    code, out = container.exec_run(["/bin/sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p' | sort -V | head -n1"])
+    kernel = str(out.decode(errors="replace")).strip()
+    if code != 0 or not kernel:
+        raise HostsFailed(f"{container.name}: no kernel under /boot", [container.attrs["Config"]["Hostname"]])
+    return kernel
+
+
+def build(lab_dir: Path, os_name: str, debian_kernel: str) -> LabRepository:
+    """Build (or reuse) the signed stand-in repositories for ``os_name`` under ``<lab_dir>/standin``.
+
+    Raises EnvironmentMissing (dpkg-deb, dpkg-scanpackages or gpg missing) or ConfigError.
+    """
+    root = lab_dir / "standin" / "srv"
+    home = lab_dir / "standin" / "gnupg"
+    stamp_text = json.dumps({"v": CONTENT_VERSION, "kernel": debian_kernel})
+    wanted = {os_name: lab_cuda_packages()}
+    if os_name == "ubuntu2004":
+        wanted["ubuntu2004-archive"] = lab_ubuntu_archive_packages(debian_kernel)
+    for name, specs in wanted.items():
+        repo_dir = root / name
+        stamp = repo_dir / ".gpuprov-stamp"
+        if stamp.is_file() and stamp.read_text(encoding="utf-8") == stamp_text and (repo_dir / KEY_NAME).is_file():
+            continue
+        for old in repo_dir.glob("*"):
+            old.unlink()
+        repo = build_repository(specs, repo_dir, gnupg_home=home)
+        fpr = key_fingerprint(repo.key)
+        # NVIDIA publishes its key as <last 8 hex digits of the fingerprint>.pub next to the index.
+        (repo_dir / f"{fpr[-8:].lower()}.pub").write_bytes(repo.key.read_bytes())
+        stamp.write_text(stamp_text, encoding="utf-8")
+        log.info("stand-in repository %s built (key %s)", repo_dir, fpr)
+    return LabRepository(os_name, root, tuple(wanted), key_fingerprint(root / os_name / KEY_NAME))
+
+
+def url_for(os_name: str) -> str:
+    """The stand-in CUDA repository URL a lab host of ``os_name`` uses (on its own loopback)."""
+    return f"http://127.0.0.1:{PORT}/{os_name}/"
+
+
+def lab_fingerprint(lab_dir: Path) -> str | None:
+    """The fingerprint of the lab's repository signing key, or None before the first build."""
+    keys = sorted((lab_dir / "standin" / "srv").glob(f"*/{KEY_NAME}"))
+    return str(key_fingerprint(keys[0])) if keys else None
+
+
+def _tar(repo: LabRepository) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name in repo.dirs:
+            for path in sorted((repo.root / name).iterdir()):
+                info = archive.gettarinfo(str(path), arcname=f"{Path(ROOT_IN_HOST).name}/{name}/{path.name}")
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mode = 0o644
+                with path.open("rb") as handle:
+                    archive.addfile(info, handle)
+    return buffer.getvalue()
+
+
+def _tar_files(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for arcname, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(arcname.lstrip("/"))
+            info.size = len(data)
+            info.mode = 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _extra_files(repo: LabRepository) -> dict[str, str]:
+    files = {f"/etc/systemd/system/{UNIT}": UNIT_TEXT}
+    if "ubuntu2004-archive" in repo.dirs:
+        files["/etc/apt/sources.list.d/gpuprov-lab-archive.sources"] = ARCHIVE_SOURCE
+    return files
+
+
+def install(container: Any, lab_dir: Path, os_name: str) -> LabRepository:
+    """Build the repositories for ``os_name``, copy them into ``container`` and serve them on its loopback.
+
+    Also writes the booted-kernel local fact. Raises HostsFailed when a step in the container fails.
+    """
+    hostname = container.attrs["Config"]["Hostname"]
+    kernel = _debian_kernel(container)
+    repo = build(lab_dir, os_name, kernel)
+    code, out = container.exec_run(["/bin/sh", "-c", f"rm -rf {ROOT_IN_HOST} && mkdir -p /srv"], user="root")
+    if code != 0 or not container.put_archive("/srv", _tar(repo)) or not container.put_archive(
+        "/", _tar_files(_extra_files(repo))
+    ):
+        raise HostsFailed(f"could not copy the stand-in repository into {container.name}: {out!r}", [hostname])
+    fact = json.dumps({"booted_kernel": kernel})
+    script = (
+        "set -e; mkdir -p /etc/ansible/facts.d /usr/share/keyrings; "
+        f"printf '%s\\n' '{fact}' > /etc/ansible/facts.d/gpuprov.fact; "
+        + (f"cp {ROOT_IN_HOST}/ubuntu2004-archive/{KEY_NAME} /usr/share/keyrings/gpuprov-lab-archive.gpg; "
+           if "ubuntu2004-archive" in repo.dirs else "")
+        + f"systemctl daemon-reload; systemctl enable {UNIT} >/dev/null 2>&1; systemctl restart {UNIT}; "
+        f"for i in $(seq 50); do python3 -c \"import urllib.request as u; u.urlopen('{repo.url}Release')\" "
+        "2>/dev/null && exit 0; sleep 0.2; done; exit 1"
+    )
+    code, out = container.exec_run(["/bin/sh", "-c", script], user="root")
+    if code != 0:
+        raise HostsFailed(
+            f"{container.name}: the stand-in repository is not served: {out.decode(errors='replace')}", [hostname]
+        )
+    log.info("%s: stand-in repository at %s (kernel %s)", container.name, repo.url, kernel)
+    return repo
