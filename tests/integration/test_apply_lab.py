@@ -1,0 +1,99 @@
+"""The main job end to end on a two-host lab (Debian 12 and the Ubuntu 20.04 stand-in), reached over SSH
+with host-key checking on: check on fresh hosts reports drift (1), apply converges (0), a second apply
+changes nothing, check is then clean (0), and with one host stopped apply finishes the other and exits 3
+with the retry command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+GPUPROV = str(Path(sys.executable).parent / "gpuprov")
+
+
+def gpuprov(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GPUPROV, *args], env=env, cwd=cwd, capture_output=True, text=True, check=False,
+                          timeout=1200)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, lab_images: dict[str, str]) -> Iterator[tuple[Path, dict[str, str]]]:
+    work = tmp_path_factory.mktemp("lab")
+    env = dict(os.environ, GPUPROV_STATE_DIR=str(work / "state"), NO_COLOR="1", COLUMNS="200")
+    fleet = work / "lab.yml"
+    gpuprov("lab", "down", env=env, cwd=work)
+    up = gpuprov("lab", "up", "--hosts", "2", "--fleet-file", str(fleet), env=env, cwd=work)
+    assert up.returncode == 0, up.stdout + up.stderr
+    yield fleet, env
+    gpuprov("lab", "down", "--purge", env=env, cwd=work)
+
+
+def _summary(path: Path) -> dict[str, dict[str, int]]:
+    hosts: dict[str, dict[str, int]] = json.loads(path.read_text())["hosts"]
+    return hosts
+
+
+def test_main_job(lab: tuple[Path, dict[str, str]]) -> None:
+    fleet, env = lab
+    cwd = fleet.parent
+    fresh = gpuprov("check", str(fleet), "--json", str(cwd / "fresh.json"), env=env, cwd=cwd)
+    assert fresh.returncode == 1, fresh.stdout + fresh.stderr
+    assert all(h["changed"] > 0 for h in _summary(cwd / "fresh.json").values())
+
+    first = gpuprov("apply", str(fleet), "--json", str(cwd / "first.json"), env=env, cwd=cwd)
+    assert first.returncode == 0, first.stdout + first.stderr
+    hosts = _summary(cwd / "first.json")
+    assert len(hosts) == 2 and all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values())
+
+    second = gpuprov("apply", str(fleet), "--json", str(cwd / "second.json"), env=env, cwd=cwd)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert {name: h["changed"] for name, h in _summary(cwd / "second.json").items()} == dict.fromkeys(hosts, 0)
+
+    in_sync = gpuprov("check", str(fleet), env=env, cwd=cwd)
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+
+    again = gpuprov("apply", str(fleet), "--role", "nouveau", env=env, cwd=cwd)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_stopped_host_gives_exit_3_and_retry_command(lab: tuple[Path, dict[str, str]]) -> None:
+    fleet, env = lab
+    cwd = fleet.parent
+    status = json.loads(gpuprov("lab", "status", "--json", env=env, cwd=cwd).stdout)
+    victim = status["hosts"][-1]
+    subprocess.run(["docker", "stop", "-t", "1", victim["container"]], check=True, capture_output=True)
+    try:
+        run = gpuprov("apply", str(fleet), "--json", str(cwd / "partial.json"), env=env, cwd=cwd)
+        assert run.returncode == 3, run.stdout + run.stderr
+        hosts = _summary(cwd / "partial.json")
+        assert hosts[victim["name"]]["unreachable"] == 1
+        others = [h for name, h in hosts.items() if name != victim["name"]]
+        assert others and all(h["failed"] == 0 and h["unreachable"] == 0 for h in others)
+        assert f"gpuprov apply {fleet} --json {cwd / 'partial.json'} --limit {victim['name']}" in run.stdout
+    finally:
+        up = gpuprov("lab", "up", "--hosts", "2", "--fleet-file", str(fleet), env=env, cwd=cwd)
+        assert up.returncode == 0, up.stdout + up.stderr
+
+
+def test_no_secret_in_run_records(lab: tuple[Path, dict[str, str]]) -> None:
+    """A become password given as {env: NAME} reaches Ansible through a lookup, never a file or a log."""
+    fleet, env = lab
+    secret = "s3cr3t-Pa55-" + os.urandom(6).hex()
+    text = fleet.read_text()
+    assert "ssh:" in text
+    secret_fleet = fleet.with_name("lab-secret.yml")
+    secret_fleet.write_text(text.replace("ssh:\n", "ssh:\n  become_password: {env: GPUPROV_TEST_BECOME}\n", 1))
+    run = gpuprov("apply", str(secret_fleet), "-v", env=dict(env, GPUPROV_TEST_BECOME=secret), cwd=fleet.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert secret not in run.stdout + run.stderr
+    state = Path(env["GPUPROV_STATE_DIR"])
+    leaks = [p for p in state.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == []

@@ -1,0 +1,45 @@
+"""Roles and playbooks ship inside the wheel, and gpuprov finds them there or in a checkout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gpuprov import resources
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_checkout_paths() -> None:
+    assert resources.playbooks_dir() == ROOT / "playbooks"
+    assert (resources.roles_dir() / "nouveau" / "tasks" / "main.yml").is_file()
+
+
+def test_state_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUPROV_STATE_DIR", str(tmp_path / "s"))
+    assert resources.state_dir() == tmp_path / "s"
+    monkeypatch.delenv("GPUPROV_STATE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "x"))
+    assert resources.state_dir() == tmp_path / "x" / "gpuprov"
+
+
+def test_wheel_carries_roles_and_playbooks(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(ROOT)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    wheel = next(tmp_path.glob("gpuprov-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "gpuprov/_ansible/playbooks/site.yml" in names
+    assert "gpuprov/_ansible/roles/nouveau/tasks/main.yml" in names
+    assert "gpuprov/data/matrix.yml" in names
+    tracked = subprocess.run(["git", "ls-files", "roles", "playbooks"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    missing = [p for p in tracked if f"gpuprov/_ansible/{p}" not in names]
+    assert missing == []
