@@ -37,6 +37,11 @@ def roles_dir() -> Path:
     return ansible_dir() / "roles"
 
 
+def templates_dir() -> Path:
+    """Return the directory holding gpuprov's own Jinja templates (``ansible.cfg.j2``)."""
+    return ansible_dir() / "templates"
+
+
 def state_dir() -> Path:
     """Return gpuprov's state directory: ``$GPUPROV_STATE_DIR``, else ``$XDG_STATE_HOME/gpuprov``,
     else ``~/.local/state/gpuprov``. It is not created here."""

@@ -39,6 +39,7 @@ def test_wheel_carries_roles_and_playbooks(tmp_path: Path) -> None:
     assert "gpuprov/_ansible/playbooks/site.yml" in names
     assert "gpuprov/_ansible/roles/nouveau/tasks/main.yml" in names
     assert "gpuprov/data/matrix.yml" in names
+    assert "gpuprov/_ansible/templates/ansible.cfg.j2" in names
     tracked = subprocess.run(["git", "ls-files", "roles", "playbooks"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
     missing = [p for p in tracked if f"gpuprov/_ansible/{p}" not in names]
