@@ -15,6 +15,7 @@ import yaml
 
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 from gpuprov.standin import PackageSpec, build_repository
+from gpuprov.standin.repo import key_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_IN_CONTAINER = "/opt/gpuprov-standin"
@@ -58,15 +59,32 @@ def dkms_container(image: str, label: str) -> Iterator[tuple[Any, str]]:
         container.remove(force=True)
 
 
-def install_repository(container: Any, specs: list[PackageSpec], build_dir: Path) -> None:
-    """Build a signed stand-in repository from ``specs`` and make it an apt source in the container."""
-    repo = build_repository(specs, build_dir)
+#: Port the stand-in repository is served on inside a test container (its own loopback).
+REPO_PORT = 8472
+
+
+def install_repository(container: Any, specs: list[PackageSpec], build_dir: Path) -> dict[str, str]:
+    """Build a signed stand-in repository from ``specs``, serve it on the container's loopback and return
+    the nvidia_driver variables that point the role at it (URL, key URL, key fingerprint), the way a site
+    points the role at its mirror. Calls for one container reuse one signing key (``build_dir``'s parent).
+    Also leaves a plain apt source for the same URL, as an earlier install would, for seeding states."""
+    repo = build_repository(specs, build_dir, gnupg_home=build_dir.parent / "gnupg")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         tar.add(str(repo.path), arcname=Path(REPO_IN_CONTAINER).name)
     container.put_archive(str(Path(REPO_IN_CONTAINER).parent), buffer.getvalue())
-    line = repo.source_line(REPO_IN_CONTAINER, f"{REPO_IN_CONTAINER}/key.gpg")
+    url = f"http://127.0.0.1:{REPO_PORT}/"
+    exec_ok(container, (
+        f"cd {REPO_IN_CONTAINER} && (setsid nohup python3 -m http.server --bind 127.0.0.1 {REPO_PORT} "
+        ">/dev/null 2>&1 &); for i in $(seq 50); do python3 -c \"import urllib.request as u; "
+        f"u.urlopen('{url}Release')\" 2>/dev/null && break; sleep 0.2; done"
+    ))
+    # a hand-made source for the same URL, as an earlier install would leave (the role replaces it with its
+    # own pinned deb822 source): tests seed their bad states with apt-get through it
+    line = f"deb [signed-by={REPO_IN_CONTAINER}/{repo.key.name}] {url} ./"
     exec_ok(container, f"echo '{line}' > /etc/apt/sources.list.d/gpuprov-standin.list && apt-get update -qq")
+    return {"nvidia_driver_cuda_repo_url": url, "nvidia_driver_cuda_repo_key_url": f"{url}{repo.key.name}",
+            "nvidia_driver_cuda_repo_key_fingerprint": key_fingerprint(repo.key)}
 
 
 def run(container: Any, playbook: str, state: Path, extravars: dict[str, Any] | None = None,

@@ -45,14 +45,14 @@ def test_b02_headers_for_the_running_kernel_are_installed(tmp_path: Path, lab_im
     with dkms_container(lab_images["debian12"], "b02") as (container, kernel):
         host = container.name
         real = f"/usr/src/linux-headers-{kernel}"
-        install_repository(container, _specs(real, with_running_headers=False), tmp_path / "repo1")
+        repo_vars = install_repository(container, _specs(real, with_running_headers=False), tmp_path / "repo1")
         exec_ok(container, "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
                            f"linux-image-{RUNNING} linux-headers-generic-hwe-20.04 nvidia-dkms-535 >/dev/null")
         exec_ok(container, f"dkms install nvidia/535.183.01 -k {AHEAD} >/dev/null")
         status = exec_ok(container, "dkms status")
         assert f"{AHEAD}, x86_64: installed" in status
         assert RUNNING not in status
-        extravars = {"nvidia_driver_running_kernel": RUNNING}
+        extravars = {"nvidia_driver_running_kernel": RUNNING, **repo_vars}
 
         # the headers package is not available: check and apply fail, naming kernel and package
         check = run(container, "nvidia_driver.yml", tmp_path / "state", extravars, check=True)
@@ -67,7 +67,7 @@ def test_b02_headers_for_the_running_kernel_are_installed(tmp_path: Path, lab_im
         exec_ok(container, f"test ! -e /lib/modules/{RUNNING}/updates/dkms/nvidia.ko")
 
         # the archive carries the headers now: check reports drift without writing, apply repairs
-        install_repository(container, _specs(real, with_running_headers=True), tmp_path / "repo2")
+        assert install_repository(container, _specs(real, with_running_headers=True), tmp_path / "repo2") == repo_vars
         check = run(container, "nvidia_driver.yml", tmp_path / "state", extravars, check=True)
         assert check.status == "successful", _failures(check, host)
         assert check.hosts[host].changed > 0

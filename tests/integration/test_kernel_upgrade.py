@@ -29,8 +29,8 @@ def test_new_kernel_gets_its_module(tmp_path: Path, lab_images: dict[str, str]) 
         host = container.name
         specs = [nvidia_dkms("535", "535.183.01"), kernel_image(NEW, "6.1.999-1"),
                  kernel_headers(NEW, "6.1.999-1", f"/usr/src/linux-headers-{kernel}")]
-        install_repository(container, specs, tmp_path / "repo")
-        extravars = {"nvidia_driver_running_kernel": kernel}
+        repo_vars = install_repository(container, specs, tmp_path / "repo")
+        extravars = {"nvidia_driver_running_kernel": kernel, **repo_vars}
 
         first = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
         assert first.status == "successful", first.hosts[host].failures
