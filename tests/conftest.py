@@ -8,6 +8,9 @@ import subprocess
 
 import pytest
 
+#: the private redis-server fixture ``redis_url`` (tests/conftest_redis.py) for every test that asks for it
+pytest_plugins = ["conftest_redis"]
+
 
 def _docker_ok() -> bool:
     if shutil.which("docker") is None:

@@ -11,6 +11,10 @@ progressive ones, the EXIF-rotated ones, 8-bit and 16-bit PNGs, and the large ph
 
 Packages: ``forensics-samples-files`` (phone JPEGs, some progressive or EXIF-rotated),
 ``mate-backgrounds`` (photos up to 5640x3172), ``libjxl-testdata`` (PNG, 16-bit PNG).
+
+16-bit medical images come from PyPI instead: :func:`dicom_images` downloads the ``pydicom-data``
+wheel (pydicom's own test files, :data:`PYDICOM_DATA`) with pip into the same cache and keeps the
+uncompressed 16-bit DICOM files (MR, CT, radiographs).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import urllib.request
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +37,10 @@ log = logging.getLogger(__name__)
 
 PACKAGES = ("forensics-samples-files", "mate-backgrounds", "libjxl-testdata")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+PYDICOM_DATA = "pydicom-data==1.0.0"
+"""The PyPI distribution with pydicom's test DICOM files (34 MB wheel, 80 files)."""
+_UNCOMPRESSED = ("1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2")
+"""Implicit VR little endian, explicit VR little endian, explicit VR big endian (DICOM PS3.5 annex A)."""
 
 
 def cache_dir() -> Path:
@@ -126,4 +136,44 @@ def real_images(packages: tuple[str, ...] = PACKAGES, cache: Path | None = None)
                 found.exif_rotated.append(path)
             if path.stat().st_size >= 2_000_000:
                 found.large.append(path)
+    return found
+
+
+def dicom_images(cache: Path | None = None, requirement: str = PYDICOM_DATA) -> list[Path]:
+    """Uncompressed 16-bit DICOM files (BitsAllocated 16) from the ``pydicom-data`` wheel, sorted.
+
+    The wheel is downloaded once with ``python -m pip download --no-deps`` (PyPI or the configured
+    index) and unpacked under ``<cache>/pydicom-data``. Raises :class:`EnvironmentMissing` when pip
+    cannot download it or pydicom (the ``images`` extra) is not installed.
+    """
+    try:
+        import pydicom
+    except ImportError as exc:
+        raise EnvironmentMissing("reading DICOM needs pydicom: pip install 'gpuprov[images]'") from exc
+    root = (cache or cache_dir()) / "pydicom-data"
+    done = root / ".unpacked"
+    if not done.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+                 "-d", tmp, requirement],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if proc.returncode != 0 or not wheels:
+                raise EnvironmentMissing(f"cannot download {requirement} with pip: {proc.stderr.strip()[-500:]}")
+            with zipfile.ZipFile(wheels[0]) as whl:
+                whl.extractall(root)
+        done.write_text(requirement + "\n")
+    found = []
+    for path in sorted(root.rglob("*.dcm")):
+        try:
+            ds = pydicom.dcmread(path, stop_before_pixels=True)
+            syntax = str(ds.file_meta.TransferSyntaxUID)
+            bits = int(ds.BitsAllocated)
+        except Exception:  # a header pydicom cannot read is simply not part of the set
+            continue
+        if bits == 16 and syntax in _UNCOMPRESSED and "Rows" in ds:
+            found.append(path)
     return found

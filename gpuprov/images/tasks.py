@@ -14,7 +14,9 @@ input's content hash and written to a temporary file then renamed, so a task pro
 from __future__ import annotations
 
 import importlib
+import logging
 import os
+import socket
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,16 +24,28 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.images.pipeline import Decoded, check_budget, normalise, to_unit, torch_modules
+from gpuprov.images.pipeline import Decoded, check_budget, crop_resize_batch, normalise, to_unit, torch_modules
 
 BUILTIN_TASKS = ("stats", "thumbnail")
 TORCHSCRIPT_SUFFIXES = (".pt", ".pts", ".pth", ".torchscript", ".jit")
 
 
+log = logging.getLogger(__name__)
+
+
+def writer_tag(pid: int | None = None) -> str:
+    """``<host>-<pid>``: names the writer in temporary file names, so a dead writer's leftovers can be found."""
+    return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}"
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    The temporary file is ``.<name>.<host>-<pid>.<random>.tmp``; a writer killed mid-write (kill -9)
+    leaves it behind, and :func:`sweep_temp_files` removes it once that process is known dead.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{writer_tag()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -41,6 +55,21 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sweep_temp_files(out: Path, pid: int) -> int:
+    """Remove the temporary files that process ``pid`` of this host left under ``out``; returns how many.
+
+    Only call it for a process that has exited (the supervisor does, before restarting a worker):
+    other writers' files, on this host or another sharing ``out``, carry another tag and are kept.
+    """
+    removed = 0
+    for tmp in out.rglob(f".*.{writer_tag(pid)}.*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    if removed:
+        log.info("removed %d temporary file(s) of dead worker %d under %s", removed, pid, out)
+    return removed
 
 
 @dataclass
@@ -157,7 +186,7 @@ class ModelTask:
     def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         torch, _ = torch_modules()
         check_budget(len(items), self.size)
-        batch = normalise([to_unit(item.decoded, self.size) for item in items], half=self.half)
+        batch = normalise(crop_resize_batch([item.decoded for item in items], self.size), half=self.half)
         logits = self.forward(batch).float()
         scores, classes = torch.softmax(logits.reshape(len(items), -1), dim=1).topk(min(5, logits[0].numel()))
         pairs = zip(classes.cpu().tolist(), scores.cpu().tolist(), strict=True)

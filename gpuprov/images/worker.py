@@ -34,7 +34,7 @@ from typing import Any
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
 from gpuprov.images.pipeline import Backoff, DecodeError, Decoder, auto_batch, is_oom, torch_modules
 from gpuprov.images.queue import Queue, Task, open_queue
-from gpuprov.images.tasks import Item, atomic_write, make_task, synthetic_items
+from gpuprov.images.tasks import Item, atomic_write, make_task, sweep_temp_files, synthetic_items
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +371,7 @@ def supervise(
                 raise EnvironmentMissing(f"{st.slot.name}: worker exited with {rc} ({st.restarts} restarts)")
             else:
                 log.warning("%s: worker exited with %s; restarting", st.slot.name, rc)
+                sweep_temp_files(Path(base.out), st.proc.pid)  # what a kill -9 mid-write left
                 st.restarts += 1
                 start(st)
     return states

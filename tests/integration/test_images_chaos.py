@@ -1,4 +1,5 @@
-"""Image-level chaos: 20 random kill -9 of real ``gpuprov images run`` workers over 500 images (CPU).
+"""Image-level chaos: 20 random kill -9 of real ``gpuprov images run`` workers over 500 images (CPU),
+on the sqlite queue and on a private redis-server (Redis Streams), the same suite for both.
 
 Asserts 0 lost (every image has exactly one manifest row) and 0 duplicated outputs (one row per
 shard, one thumbnail per content hash, no temporary files left).
@@ -32,15 +33,23 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The queue under test; 20 kills can hit the same early tasks repeatedly, so max_attempts keeps them
+    out of the dead-letter state."""
+    if request.param == "redis":
+        return f"{request.getfixturevalue('redis_url')}?stream=images-chaos-{os.getpid()}&max_attempts={KILLS * 5}"
+    return f"sqlite:///{tmp_path}/q.db?max_attempts={KILLS * 5}"
+
+
 @pytest.mark.slow
-def test_kill9_workers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+def test_kill9_workers_lose_and_duplicate_nothing(queue_url: str, tmp_path: Path) -> None:
     src = tmp_path / "in"
     src.mkdir()
     rnd = random.Random(7)
     for i in range(N_IMAGES):
         Image.new("RGB", (48 + i % 17, 32 + i % 11), (rnd.randrange(256), i % 256, 7)).save(src / f"{i:04d}.jpg")
-    # 20 kills can hit the same early tasks repeatedly: keep them out of the dead-letter state
-    url = f"sqlite:///{tmp_path}/q.db?max_attempts={KILLS * 5}"
+    url = queue_url
     out = tmp_path / "out"
     cli = [sys.executable, "-m", "gpuprov"]
     subprocess.run([*cli, "images", "submit", str(src), "--queue", url], check=True, capture_output=True)

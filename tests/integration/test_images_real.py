@@ -15,7 +15,7 @@ pytest.importorskip("torchvision")
 from PIL import Image, ImageOps
 
 from gpuprov.exceptions import EnvironmentMissing
-from gpuprov.images.data import RealImages, real_images
+from gpuprov.images.data import RealImages, dicom_images, real_images
 from gpuprov.images.pipeline import DecodeError, Decoder, exif_orientation
 
 
@@ -68,3 +68,31 @@ def test_corrupt_and_truncated_real_files_fail_alone(real: RealImages, decoder: 
     out = decoder.decode([good, truncated, bytes(corrupt)])
     assert not isinstance(out[0], DecodeError)
     assert isinstance(out[1], DecodeError) and isinstance(out[2], DecodeError)
+
+
+@pytest.fixture(scope="module")
+def dicoms() -> list[Path]:
+    try:
+        return dicom_images()
+    except EnvironmentMissing as exc:
+        pytest.skip(f"cannot fetch pydicom-data: {exc}")
+
+
+def test_dicom_16bit_decodes_to_stored_values(dicoms: list[Path], decoder: Decoder) -> None:
+    """Every uncompressed 16-bit DICOM of pydicom-data decodes at its size; unsigned MONOCHROME2 pixels
+    come through unchanged (first frame), with max_value 2**BitsStored - 1."""
+    import numpy as np
+    import pydicom
+
+    assert len(dicoms) >= 10  # MR, CT, radiographs, ultrasound, multi-frame, big endian
+    checked = 0
+    for path, dec in zip(dicoms, decoder.decode([p.read_bytes() for p in dicoms]), strict=True):
+        assert not isinstance(dec, DecodeError), f"{path.name}: {dec}"
+        ds = pydicom.dcmread(path)
+        assert tuple(dec.pixels.shape) == (3, ds.Rows, ds.Columns), path.name
+        if ds.PhotometricInterpretation == "MONOCHROME2" and ds.PixelRepresentation == 0:
+            frame = ds.pixel_array if int(getattr(ds, "NumberOfFrames", 1) or 1) == 1 else ds.pixel_array[0]
+            assert np.array_equal(dec.pixels[0].numpy(), frame.astype(np.int32)), path.name
+            assert dec.max_value == float((1 << ds.BitsStored) - 1)
+            checked += 1
+    assert checked >= 5

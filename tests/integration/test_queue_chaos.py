@@ -62,11 +62,8 @@ if __name__ == "__main__":
     sys.exit(0)
 
 import pytest  # noqa: E402 - the worker processes above need only the queue
-from conftest_redis import redis_url  # noqa: E402
 
 from gpuprov.images.queue import QueueStats, open_queue, task_id  # noqa: E402
-
-__all__ = ["redis_url"]
 
 
 def _payloads() -> list[dict[str, str]]:

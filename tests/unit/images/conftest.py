@@ -7,11 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest_redis import redis_url
 
 from gpuprov.images.queue import Queue, open_queue
 
-__all__ = ["make_url", "queue_url", "redis_url"]
+__all__ = ["make_url", "queue_url"]
 
 BACKENDS = ("sqlite", "redis")
 
