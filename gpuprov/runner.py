@@ -65,6 +65,8 @@ class RunRequest:
         extravars: ``-e`` variables.
         forks: parallel hosts (ansible ``--forks``), >= 1.
         verbosity: 0-4 (``-v`` count).
+        env: extra environment for ansible-playbook over :func:`run_env` (``ANSIBLE_*`` settings; the
+            provisioning benchmark compares tunings with it).
     """
 
     inventory: Path
@@ -79,6 +81,7 @@ class RunRequest:
     extravars: dict[str, str] = field(default_factory=dict)
     forks: int = 10
     verbosity: int = 0
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -312,7 +315,7 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             playbook=str(request.playbook),
             inventory=str(request.inventory),
             roles_path=str(request.roles_path),
-            envvars=run_env(),
+            envvars={**run_env(), **request.env},
             extravars=request.extravars or None,
             cmdline=cmdline or None,
             tags=request.tags,
