@@ -47,7 +47,7 @@ class Gpus(Strict):
     """Expected GPUs: ``model`` (a row of the matrix), ``count`` per host, ``nvswitch`` baseboard."""
 
     model: Name | None = None
-    count: PositiveInt | None = None
+    count: Annotated[int, Field(ge=1, le=64)] | None = None  # 64: far above any one server (HGX: 8, DGX-2: 16)
     nvswitch: bool = False
 
 

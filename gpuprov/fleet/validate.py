@@ -8,6 +8,7 @@ together as one :class:`~gpuprov.exceptions.FleetValidationError`, sorted by lin
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -179,11 +180,12 @@ class _Validator:
                 if group in entry.groups[:index]:
                     self.fail(("hosts", name, "groups", index), f"group {group!r} is listed twice", "list it once")
             port = entry.port if entry.port is not None else default_port
-            key = (entry.address.lower(), port if isinstance(port, int) else 22)
+            key = (_address_key(entry.address), port if isinstance(port, int) else 22)
             if key in seen:
                 first = seen[key]
                 self.fail(("hosts", name, "address"),
-                          f"{entry.address}:{key[1]} is also used by host {first!r} (line "
+                          f"{f'[{entry.address}]' if ':' in entry.address else entry.address}:{key[1]} is also "
+                          f"used by host {first!r} (line "
                           f"{self.loaded.line_of(('hosts', first))})", "give each host its own address or port")
             else:
                 seen[key] = name
@@ -247,3 +249,11 @@ def _connection(entry: HostEntry, ssh: Ssh) -> Connection:
         known_hosts=ssh.known_hosts,
         host_key_checking=ssh.host_key_checking,
     )
+
+
+def _address_key(address: str) -> str:
+    """An address in one spelling, so ``fd00::1`` and ``FD00:0:0::0001`` (or a name in any case) compare equal."""
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address.lower().rstrip(".")
