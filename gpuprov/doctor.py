@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.hostplay import TaskResults
 from gpuprov.resources import roles_dir
 from gpuprov.role_code import library, module_utils
 
@@ -264,21 +265,19 @@ def parse_fuser(text: str) -> list[dict[str, Any]]:
     return [holders[pid] for pid in sorted(holders)]
 
 
-class DoctorEvents:
-    """ansible-runner event handler turning each host's registered results into doctor facts."""
+class DoctorEvents(TaskResults):
+    """ansible-runner event handler (the shared :class:`gpuprov.hostplay.TaskResults`) whose ``facts`` turn each
+    host's registered results into doctor facts."""
 
-    def __init__(self) -> None:
-        self.facts: dict[str, dict[str, Any]] = {}
+    @property
+    def facts(self) -> dict[str, dict[str, Any]]:
+        """Host -> doctor facts built from the results of :func:`doctor_play`'s tasks."""
+        return {host: _doctor_facts(tasks) for host, tasks in self.results.items()}
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("event") != "runner_on_ok":
-            return
-        data = event.get("event_data") or {}
-        res = data.get("res") or {}
-        host, task = str(data.get("host") or ""), str(data.get("task") or "")
-        if not host or not isinstance(res, dict):
-            return
-        facts = self.facts.setdefault(host, {})
+
+def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for task, res in tasks.items():
         if task == "Read NVML facts":
             facts["nvml"] = (res.get("ansible_facts") or {}).get("gpuprov_gpus")
         elif task == "Read the platform":
@@ -303,6 +302,7 @@ class DoctorEvents:
 
             text = base64.b64decode(str(res["content"])).decode("utf-8", "replace")
             facts["module_log"] = [line for line in text.splitlines() if rules().SECURE_BOOT_LOG.search(line)]
+    return facts
 
 
 @dataclass
@@ -315,32 +315,6 @@ class FleetDoctor:
     run_dir: Path | None = None
 
 
-def _prepare(fleet_path: Path, name: str, limit: str | None) -> tuple[Path, Path]:
-    from gpuprov.engine import _check_limit
-    from gpuprov.exceptions import ConfigError
-    from gpuprov.fleet import load_fleet
-    from gpuprov.render import render_inventory
-    from gpuprov.resources import state_dir
-    from gpuprov.runner import new_run_dir
-
-    if not fleet_path.is_file():
-        raise ConfigError(f"{fleet_path}: no such fleet file - pass the path of a fleet file (see docs/design.md)")
-    fleet = load_fleet(fleet_path)
-    run_dir = new_run_dir(state_dir(), name)
-    inventory = render_inventory(fleet, run_dir / "inventory")
-    _check_limit(inventory, limit)
-    return run_dir, inventory
-
-
-def _write_play(run_dir: Path, name: str, play: list[dict[str, Any]]) -> Path:
-    import yaml
-
-    path = run_dir / "project" / f"{name}.yml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("---\n" + yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
-    return path
-
-
 def fleet_doctor(fleet_path: Path, limit: str | None = None, window_s: float = 10.0, samples: int = 5,
                  extravars: dict[str, str] | None = None) -> FleetDoctor:
     """Run the doctor play on the fleet's hosts and diagnose each from its registered results.
@@ -349,16 +323,12 @@ def fleet_doctor(fleet_path: Path, limit: str | None = None, window_s: float = 1
         FleetValidationError / ConfigError: invalid fleet file or ``--limit``. Exit 2.
         PlaybookError: ansible-playbook could not run the play at all.
     """
-    from gpuprov.runner import RunRequest, run_playbook
+    from gpuprov.hostplay import prepare_fleet, run_play, write_play
 
-    run_dir, inventory = _prepare(fleet_path, "doctor", limit)
-    playbook = _write_play(run_dir, "doctor", doctor_play(samples, window_s))
+    run_dir, inventory = prepare_fleet(fleet_path, "doctor", limit)
+    playbook = write_play(run_dir, "doctor", doctor_play(samples, window_s))
     events = DoctorEvents()
-    request = RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
-                         limit=limit, extravars=dict(extravars or {}))
-    result = run_playbook(request, on_event=events)
-    failed = {name: "; ".join(f["msg"] for f in result.hosts[name].failures) or result.hosts[name].status
-              for name in result.failed_hosts}
+    failed = run_play(run_dir, inventory, playbook, limit=limit, extravars=extravars, results=events).failed
     out = FleetDoctor(failed=failed, run_dir=run_dir)
     for host, facts in sorted(events.facts.items()):
         if host in failed:
@@ -395,6 +365,7 @@ def fix_fleet(fleet_path: Path, diagnoses: dict[str, list[dict[str, Any]]],
 
     Returns host -> [{id, action, rc, output}] from the runner events' results.
     """
+    from gpuprov.hostplay import prepare_fleet, write_play
     from gpuprov.runner import RunRequest, run_playbook
 
     tasks = []
@@ -407,10 +378,10 @@ def fix_fleet(fleet_path: Path, diagnoses: dict[str, list[dict[str, Any]]],
                               "when": f"inventory_hostname == {host!r}", "failed_when": False})
     if not tasks:
         return {}
-    run_dir, inventory = _prepare(fleet_path, "doctor-fix", limit)
+    run_dir, inventory = prepare_fleet(fleet_path, "doctor-fix", limit)
     play = [{"name": "Apply safe doctor repairs", "hosts": "gpuprov", "gather_facts": False, "become": True,
              "tasks": tasks}]
-    playbook = _write_play(run_dir, "doctor-fix", play)
+    playbook = write_play(run_dir, "doctor-fix", play)
     done: dict[str, list[dict[str, Any]]] = {}
 
     def on_event(event: dict[str, Any]) -> None:

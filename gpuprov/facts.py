@@ -19,8 +19,8 @@ from typing import Any
 
 from rich.table import Table
 
-from gpuprov.exceptions import ConfigError, EnvironmentMissing, NVMLUnavailable
-from gpuprov.resources import roles_dir
+from gpuprov.exceptions import EnvironmentMissing, NVMLUnavailable
+from gpuprov.hostplay import TaskResults
 from gpuprov.role_code import common_path, module_utils
 
 log = logging.getLogger(__name__)
@@ -97,21 +97,14 @@ class FleetFacts:
     run_dir: Path | None = None
 
 
-class FactsEvents:
-    """ansible-runner event handler keeping each host's ``gpuprov_gpus`` fact from ``runner_on_ok``."""
+class FactsEvents(TaskResults):
+    """ansible-runner event handler keeping each host's ``gpuprov_gpus`` fact from ``runner_on_ok``
+    (the shared :class:`gpuprov.hostplay.TaskResults`; ``facts`` maps host to that fact)."""
 
-    def __init__(self) -> None:
-        self.facts: dict[str, dict[str, Any]] = {}
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        """Record the fact of an ok event that carries one."""
-        if event.get("event") != "runner_on_ok":
-            return
-        data = event.get("event_data") or {}
-        res = data.get("res") or {}
-        facts = (res.get("ansible_facts") or {}).get("gpuprov_gpus") if isinstance(res, dict) else None
-        if isinstance(facts, dict) and data.get("host"):
-            self.facts[str(data["host"])] = facts
+    @property
+    def facts(self) -> dict[str, dict[str, Any]]:
+        """Host -> its ``gpuprov_gpus`` fact (hosts whose results carry none are left out)."""
+        return {h: f for h, f in self.fact("gpuprov_gpus").items() if isinstance(f, dict)}
 
 
 def fleet_facts(fleet_path: Path, limit: str | None = None) -> FleetFacts:
@@ -121,32 +114,14 @@ def fleet_facts(fleet_path: Path, limit: str | None = None) -> FleetFacts:
         FleetValidationError / ConfigError: invalid fleet file or a ``--limit`` matching no host. Exit 2.
         PlaybookError: ansible-playbook could not run the play at all.
     """
-    if not fleet_path.is_file():
-        raise ConfigError(f"{fleet_path}: no such fleet file - pass the path of a fleet file (see docs/design.md)")
+    from gpuprov.hostplay import prepare_fleet, run_play, write_play
 
-    import yaml
-
-    from gpuprov.engine import _check_limit
-    from gpuprov.fleet import load_fleet
-    from gpuprov.render import render_inventory
-    from gpuprov.resources import state_dir
-    from gpuprov.runner import RunRequest, new_run_dir, run_playbook
-    fleet = load_fleet(fleet_path)
-    run_dir = new_run_dir(state_dir(), "facts")
-    inventory = render_inventory(fleet, run_dir / "inventory")
-    _check_limit(inventory, limit)
-    playbook = run_dir / "project" / "facts.yml"
-    playbook.parent.mkdir(parents=True, exist_ok=True)
-    playbook.write_text("---\n" + yaml.safe_dump(FACTS_PLAY, sort_keys=False), encoding="utf-8")
+    run_dir, inventory = prepare_fleet(fleet_path, "facts", limit)
+    playbook = write_play(run_dir, "facts", FACTS_PLAY)
     events = FactsEvents()
-    request = RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir, limit=limit)
-    result = run_playbook(request, on_event=events)
-    failed = {
-        name: "; ".join(f["msg"] for f in result.hosts[name].failures) or result.hosts[name].status
-        for name in result.failed_hosts
-    }
-    log.debug("facts from %d host(s), %d failed", len(events.facts), len(failed))
-    return FleetFacts(hosts=dict(sorted(events.facts.items())), failed=failed, run_dir=run_dir)
+    run = run_play(run_dir, inventory, playbook, limit=limit, results=events)
+    log.debug("facts from %d host(s), %d failed", len(events.facts), len(run.failed))
+    return FleetFacts(hosts=dict(sorted(events.facts.items())), failed=run.failed, run_dir=run_dir)
 
 
 def _yes_no(value: object) -> str:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "lab": "lab",
     "facts": "facts",
     "doctor": "doctor",
+    "verify": "verify",
     "images": "images",
 }
 

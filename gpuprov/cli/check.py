@@ -1,24 +1,66 @@
-"""``gpuprov check FILE``: ``apply --check --diff`` for CI; exit 0 in sync, 1 drift, 2 bad input, 3 unreachable."""
+"""``gpuprov check FILE``: ``apply --check --diff`` for CI; exit 0 in sync, 1 drift, 2 bad input, 3 unreachable.
+
+With ``--json PATH`` the summary also carries the drift report (``drift``: per host, desired vs installed for
+kernel, driver, Fabric Manager, CUDA, cuDNN, NCCL, container toolkit, runtime config and MIG layout; see
+:mod:`gpuprov.drift`), and a component out of sync counts as drift for the exit code.
+"""
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from gpuprov.cli.options import invocation_argv, run_options
-from gpuprov.engine import ApplyOptions, execute
+from gpuprov.engine import ApplyOptions, check_output_path, execute
+from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
 
 
 @click.command("check")
 @run_options
 def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: str | None, limit: str | None,
             extravars: tuple[str, ...], forks: int, json_path: Path | None, verbosity: int) -> None:
-    """Report, without changing anything, what `gpuprov apply FLEET` would change."""
-    options = ApplyOptions(fleet=fleet, roles=list(roles), tags=tags, skip_tags=skip_tags, limit=limit,
-                           check=True, diff=True, extravars=list(extravars), forks=forks,
-                           verbosity=verbosity, json_path=json_path, argv=invocation_argv())
-    code = execute(options, Console(highlight=False))
+    """Report, without changing anything, what `gpuprov apply FLEET` would change; with --json, also the
+    drift report (desired vs installed per host and component).
+
+    Exit codes: 0 in sync, 1 drift, 2 invalid input, 3 hosts failed or unreachable.
+    """
+    console = Console(highlight=False)
+    if json_path is not None:
+        check_output_path(json_path, "--json")
+    with tempfile.TemporaryDirectory(prefix="gpuprov-check-") as tmp:
+        summary_path = Path(tmp) / "summary.json" if json_path is not None else None
+        options = ApplyOptions(fleet=fleet, roles=list(roles), tags=tags, skip_tags=skip_tags, limit=limit,
+                               check=True, diff=True, extravars=list(extravars), forks=forks,
+                               verbosity=verbosity, json_path=summary_path, argv=invocation_argv())
+        code = execute(options, console)
+        if json_path is not None and summary_path is not None:
+            code = _drift_report(fleet, limit, code, json.loads(summary_path.read_text(encoding="utf-8")),
+                                 json_path, console)
     if code:
         raise click.exceptions.Exit(code)
+
+
+def _drift_report(fleet: Path, limit: str | None, code: int, summary: dict[str, object], json_path: Path,
+                  console: Console) -> int:
+    """Run the drift probe, print its tables, write summary + ``drift`` to ``json_path``; return the exit code."""
+    from gpuprov import drift
+    from gpuprov.recap import write_summary
+
+    report = drift.fleet_drift(fleet, limit)
+    for host, components in report.hosts.items():
+        console.print(drift.drift_table(host, components))
+    for host, message in sorted(report.failed.items()):
+        console.print(f"{host}: drift probe failed: {message}", style="red", markup=False)
+    if report.drifted:
+        console.print("drift: " + "; ".join(f"{h}: {', '.join(c)}" for h, c in report.drifted.items()),
+                      style="yellow", markup=False)
+    if report.failed or code == EXIT_HOSTS_FAILED:
+        code = EXIT_HOSTS_FAILED
+    elif report.drifted:
+        code = EXIT_DRIFT
+    write_summary(json_path, {**summary, "drift": report.to_json(), "exit_code": code})
+    return code

@@ -156,6 +156,17 @@ class BiosCheck(Strict):
     severity: dict[Name, Severity] = {}
 
 
+class Verify(Strict):
+    """verify: NCCL all-reduce busbw floor in GB/s (auto: per GPU model), its buffer in bytes, the Python
+    with torch, the container smoke-test image and whether the role may pull it (docs/verify.md)."""
+
+    min_busbw_gbps: AutoOrPositive = "auto"
+    nccl_size_bytes: Annotated[int, Field(ge=1048576)] = 1073741824
+    python: FilePath | None = None
+    container_image: Name | None = None
+    container_pull: bool = False
+
+
 class Settings(Strict):
     """Settings of one layer (fleet, group or host) or, after the merge, of one host."""
 
@@ -175,6 +186,7 @@ class Settings(Strict):
     image_workers: ImageWorkers = ImageWorkers()
     secure_boot: SecureBoot = SecureBoot()
     bios_check: BiosCheck = BiosCheck()
+    verify: Verify = Verify()
 
 
 class Ssh(Strict):

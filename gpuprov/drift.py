@@ -1,0 +1,282 @@
+"""The drift report of ``gpuprov check FILE --json PATH``: per host, desired vs installed for each component.
+
+Installed state is read on the hosts by ``roles/verify/tasks/drift.yml`` (dpkg-query, which needs no
+python3-apt; NVML; the container runtime's configuration files; ``nvidia-smi mig -lgi``) and published with the
+desired values (the rendered ``gpuprov_*`` variables) as the fact ``verify_drift``. :func:`compare` turns one
+host's fact into ``{component: {desired, installed, in_sync, note}}`` for the components in :data:`COMPONENTS`.
+
+Package names are NVIDIA's (CUDA repository): ``nvidia-driver-<branch>[-open]``, ``nvidia-dkms-<branch>[-open]``,
+``nvidia-fabricmanager-<branch>``, ``cuda-toolkit-<X>-<Y>``, ``libcudnn<N>-cuda-<X>``, ``libnccl2``,
+``nvidia-container-toolkit``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("kernel", "driver", "fabric_manager", "cuda", "cudnn", "nccl", "container_toolkit", "runtime_config",
+              "mig")
+
+#: The play the drift report runs: the verify role's drift probe, nothing else of the role.
+DRIFT_PLAY: list[dict[str, Any]] = [{
+    "name": "Read installed GPU stack state",
+    "hosts": "gpuprov",
+    "gather_facts": False,
+    "become": True,
+    "tasks": [{"name": "Read the drift probe", "ansible.builtin.import_role": {"name": "verify",
+                                                                              "tasks_from": "drift"}}],
+}]
+
+_MIG_LINE = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+\d+\s+\d+\s+\d+:\d+\s+\|")
+
+
+def parse_packages(text: str) -> dict[str, str]:
+    """``dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> {package: version} of the
+    installed ones (status abbreviation's second letter ``i``; ``hi`` is installed and held)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and len(parts[2]) >= 2 and parts[2][1] == "i":
+            out[parts[0]] = parts[1]
+    return out
+
+
+def parse_mig_instances(text: str) -> dict[int, dict[str, int]]:
+    """``nvidia-smi mig -lgi`` -> {gpu index: {profile name: instances}}."""
+    out: dict[int, dict[str, int]] = {}
+    for line in text.splitlines():
+        match = _MIG_LINE.match(line.strip())
+        if match:
+            counts = out.setdefault(int(match.group(1)), {})
+            counts[match.group(2)] = counts.get(match.group(2), 0) + 1
+    return out
+
+
+def _upstream(version: str | None) -> str | None:
+    """Debian version ``580.95.05-0ubuntu1`` / ``1:580.95.05-1`` -> ``580.95.05``."""
+    if not version:
+        return None
+    return version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def _entry(desired: Any, installed: Any, in_sync: bool, note: str | None = None) -> dict[str, Any]:
+    return {"desired": desired, "installed": installed, "in_sync": in_sync, "note": note}
+
+
+def _none(value: Any) -> Any:
+    return None if value in (None, "", "None", "none", "null") else value
+
+
+def _kernel(packages: dict[str, str], running: str | None) -> dict[str, Any]:
+    images = sorted(p[len("linux-image-"):] for p in packages if re.match(r"^linux-image-\d", p))
+    missing = [k for k in images if f"linux-headers-{k}" not in packages]
+    installed = {"running": running, "images": images, "without_headers": missing}
+    note = f"no headers for {', '.join(missing)}: DKMS cannot build the driver for it" if missing else None
+    return _entry("headers installed for every installed kernel", installed, not missing, note)
+
+
+def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]) -> dict[str, Any]:
+    branch = _none(want.get("driver_branch"))
+    branch = None if branch == "auto" else branch
+    version = _none(want.get("driver_version"))
+    suffix = "-open" if want.get("driver_flavour") == "open" else ""
+    drivers = {p: v for p, v in packages.items() if re.match(r"^nvidia-(driver|dkms)-\d+", p)}
+    nvml_version = nvml.get("driver_version") if nvml.get("available") else None
+    installed = {"packages": drivers, "nvml_driver_version": nvml_version,
+                 "kernel_module_version": nvml.get("kernel_module_version")}
+    desired = {"branch": branch or "auto", "version": version,
+               "packages": [f"nvidia-driver-{branch}{suffix}", f"nvidia-dkms-{branch}{suffix}"] if branch else []}
+    problems = [f"{p} is not installed" for p in desired["packages"] if p not in packages]
+    if not branch and not drivers:
+        problems.append("no nvidia-driver-<branch> package is installed")
+    if version:
+        wrong = sorted(p for p, v in drivers.items() if _upstream(v) != version)
+        if wrong:
+            problems.append(f"{', '.join(wrong)} not at {version}")
+        if nvml_version and nvml_version != version:
+            problems.append(f"NVML reports driver {nvml_version}")
+    return _entry(desired, installed, not problems, "; ".join(problems) or None)
+
+
+def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]) -> dict[str, Any]:
+    found = {p: v for p, v in packages.items() if p.startswith("nvidia-fabricmanager")}
+    required = bool(want.get("nvswitch"))
+    if not required:
+        return _entry("not required (gpus.nvswitch false)", found, True)
+    branch = _none(want.get("driver_branch"))
+    name = f"nvidia-fabricmanager-{branch}" if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
+    driver = (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
+    if not found:
+        return _entry({"package": name, "version": driver}, found, False, f"{name} is not installed (case B11)")
+    off = sorted(p for p, v in found.items() if driver and _upstream(v) != driver)
+    return _entry({"package": name, "version": driver}, found, not off,
+                  f"{', '.join(off)} differ from driver {driver}" if off else None)
+
+
+def _cuda(want: dict[str, Any], packages: dict[str, str]) -> dict[str, Any]:
+    found = {p: v for p, v in packages.items() if re.match(r"^cuda-toolkit-\d+-\d+$", p)}
+    version = _none(want.get("cuda_version"))
+    if not version:
+        return _entry(None, found, True, "not managed (cuda.version is null)")
+    parts = str(version).split(".")
+    name = f"cuda-toolkit-{parts[0]}-{parts[1] if len(parts) > 1 else 0}"
+    if name not in packages:
+        return _entry({"package": name, "version": version}, found, False, f"{name} is not installed")
+    ok = len(parts) < 3 or _upstream(packages[name]) == version or str(_upstream(packages[name])).startswith(version)
+    return _entry({"package": name, "version": version}, found, ok, None if ok else f"{name} is {packages[name]}")
+
+
+def _library(key: str, pattern: str, want: dict[str, Any], packages: dict[str, str]) -> dict[str, Any]:
+    found = {p: v for p, v in packages.items() if re.match(pattern, p)}
+    version = _none(want.get(key))
+    if not version:
+        return _entry(None, found, True, f"not managed ({key.replace('_version', '')}.version is null)")
+    ok = any(str(_upstream(v)).startswith(str(version)) for v in found.values())
+    note = None if ok else (f"no {pattern.strip('^$')} package at {version}" if found else "not installed")
+    return _entry({"version": version}, found, ok, note)
+
+
+def _runtime(want: dict[str, Any], packages: dict[str, str], files: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                                                dict[str, Any]]:
+    runtime = want.get("container_runtime") or "docker"
+    toolkit = {p: v for p, v in packages.items() if p == "nvidia-container-toolkit"}
+    if runtime == "none":
+        return (_entry("not required (container_runtime none)", toolkit, True),
+                _entry("not required (container_runtime none)", None, True))
+    tk = _entry({"package": "nvidia-container-toolkit"}, toolkit, bool(toolkit),
+                None if toolkit else "nvidia-container-toolkit is not installed")
+
+    def text(path: str) -> str | None:
+        content = files.get(path)
+        return base64.b64decode(str(content)).decode("utf-8", "replace") if content else None
+
+    if runtime == "docker":
+        path, raw = "/etc/docker/daemon.json", text("/etc/docker/daemon.json")
+        try:
+            runtimes = (json.loads(raw) if raw else {}).get("runtimes") or {}
+        except ValueError:
+            return tk, _entry({"file": path, "runtime": "nvidia"}, "unparseable", False, f"{path} is not valid JSON")
+        has = "nvidia" in runtimes
+    else:
+        path, raw = "/etc/containerd/config.toml", text("/etc/containerd/config.toml")
+        has = bool(raw) and re.search(r"runtimes\.[\"']?nvidia[\"']?\]", raw or "") is not None
+    note = None if has else (f"{path} is missing" if raw is None else f"{path} has no nvidia runtime")
+    return tk, _entry({"file": path, "runtime": "nvidia"}, {"file_present": raw is not None, "nvidia_runtime": has},
+                      has, note)
+
+
+def _mig(want: dict[str, Any], nvml: dict[str, Any], instances_text: str) -> dict[str, Any]:
+    gpus = [g for g in nvml.get("gpus") or [] if not g.get("lost")]
+    modes = {g.get("index"): (g.get("mig") or {}).get("current") for g in gpus}
+    instances = parse_mig_instances(instances_text or "")
+    installed = {"mig_enabled": {str(k): v for k, v in modes.items()},
+                 "instances": {str(k): v for k, v in instances.items()}}
+    layout = _none(want.get("mig_layout"))
+    if not layout:
+        return _entry(None, installed, True, "not managed (mig.layout is null)")
+    entries = (want.get("mig_layouts") or {}).get(layout)
+    if not isinstance(entries, list):
+        return _entry({"layout": layout}, installed, False, f"layout {layout} is not in mig.layouts")
+    desired: dict[str, dict[str, Any]] = {}
+    for item in entries:
+        devices = item.get("devices", "all")
+        indexes = list(modes) if devices == "all" else list(devices)
+        for index in indexes:
+            desired[str(index)] = {"mig_enabled": bool(item.get("mig_enabled", True)),
+                                   "mig_devices": dict(item.get("mig_devices") or {})}
+    problems = []
+    for index, spec in sorted(desired.items()):
+        have_mode = modes.get(int(index))
+        if bool(have_mode) != spec["mig_enabled"]:
+            problems.append(f"GPU {index}: MIG {'on' if have_mode else 'off'}, wanted "
+                            f"{'on' if spec['mig_enabled'] else 'off'}")
+        elif spec["mig_enabled"] and instances.get(int(index), {}) != spec["mig_devices"]:
+            problems.append(f"GPU {index}: instances {instances.get(int(index), {})}, wanted {spec['mig_devices']}")
+    return _entry({"layout": layout, "gpus": desired}, installed, not problems, "; ".join(problems) or None)
+
+
+def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One host's ``verify_drift`` fact -> ``{component: {desired, installed, in_sync, note}}`` for every
+    component of :data:`COMPONENTS` (versions are Debian package versions or NVML's driver version)."""
+    want = drift.get("desired") or {}
+    have = drift.get("installed") or {}
+    packages = parse_packages(str(have.get("packages") or ""))
+    nvml = have.get("nvml") or {}
+    files = {str(r.get("item")): r.get("content") for r in have.get("runtime_files") or [] if isinstance(r, dict)}
+    toolkit, runtime = _runtime(want, packages, files)
+    return {
+        "kernel": _kernel(packages, have.get("kernel")),
+        "driver": _driver(want, packages, nvml),
+        "fabric_manager": _fabric_manager(want, packages, nvml),
+        "cuda": _cuda(want, packages),
+        "cudnn": _library("cudnn_version", r"^libcudnn\d+(-cuda-\d+)?$", want, packages),
+        "nccl": _library("nccl_version", r"^libnccl2$", want, packages),
+        "container_toolkit": toolkit,
+        "runtime_config": runtime,
+        "mig": _mig(want, nvml, str(have.get("mig_instances") or "")),
+    }
+
+
+@dataclass
+class FleetDrift:
+    """Per host: its components; ``failed`` maps failed or unreachable hosts to the error; the run record."""
+
+    hosts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+    @property
+    def drifted(self) -> dict[str, list[str]]:
+        """Host -> components out of sync (hosts in sync left out)."""
+        out = {h: [c for c, e in comps.items() if not e["in_sync"]] for h, comps in self.hosts.items()}
+        return {h: c for h, c in sorted(out.items()) if c}
+
+    def to_json(self) -> dict[str, Any]:
+        """``{hosts, failed, drifted, run_dir}`` for the ``drift`` key of ``check --json``."""
+        return {"hosts": self.hosts, "failed": self.failed, "drifted": self.drifted,
+                "run_dir": str(self.run_dir) if self.run_dir else None}
+
+
+def fleet_drift(fleet_path: Path, limit: str | None = None, extravars: dict[str, str] | None = None) -> FleetDrift:
+    """Run the drift probe on the fleet's hosts and compare each.
+
+    Raises:
+        FleetValidationError / ConfigError: invalid fleet file or ``--limit``. Exit 2.
+        PlaybookError: ansible-playbook could not run the play.
+    """
+    from gpuprov.hostplay import prepare_fleet, run_play, write_play
+
+    run_dir, inventory = prepare_fleet(fleet_path, "drift", limit)
+    playbook = write_play(run_dir, "drift", DRIFT_PLAY)
+    run = run_play(run_dir, inventory, playbook, limit=limit, extravars=extravars)
+    out = FleetDrift(failed=dict(run.failed), run_dir=run_dir)
+    for host, fact in sorted(run.results.fact("verify_drift").items()):
+        if host not in out.failed and isinstance(fact, dict):
+            out.hosts[host] = compare(fact)
+    seen = set(run.result.hosts) if run.result else set()
+    for host in sorted(seen - set(out.hosts) - set(out.failed)):
+        out.failed[host] = "the drift probe published nothing"
+    return out
+
+
+def drift_table(host: str, components: dict[str, dict[str, Any]]) -> Table:
+    """A rich table of one host: component, in sync, desired, installed summary and note."""
+    table = Table(title=f"{host}: drift", title_justify="left")
+    for header in ("component", "state", "desired", "note"):
+        table.add_column(header, overflow="fold")
+    for name, entry in components.items():
+        desired = entry["desired"]
+        shown = json.dumps(desired, sort_keys=True) if isinstance(desired, (dict, list)) else str(desired or "-")
+        table.add_row(name, "[green]in sync[/]" if entry["in_sync"] else "[red]DRIFT[/]", shown[:120],
+                      str(entry.get("note") or ""))
+    return table

@@ -1,0 +1,152 @@
+"""Run a one-off play on a fleet's hosts (or on this machine) and collect each host's task results.
+
+One collector for the read-only commands (``gpuprov facts FILE``, ``gpuprov doctor FILE``, ``gpuprov verify``,
+the drift report): the play is written into the run's private directory, run through
+:func:`gpuprov.runner.run_playbook`, and every ``runner_on_ok`` event's ``event_data.res`` is kept per host and
+task name by :class:`TaskResults`; nothing is parsed from ansible-playbook's output.
+
+``--local`` runs use :func:`local_inventory` (one host, ``ansible_connection: local``) or, with a fleet file,
+:data:`local_extravars` on the rendered inventory, so the host keeps its fleet settings but is reached locally.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpuprov.exceptions import ConfigError
+from gpuprov.resources import roles_dir
+
+if TYPE_CHECKING:  # ansible-runner is imported only when a play runs
+    from gpuprov.runner import RunResult
+
+log = logging.getLogger(__name__)
+
+#: Inventory name of the host a ``--local`` run without a fleet file creates.
+LOCAL_HOST = "localhost"
+
+
+class TaskResults:
+    """ansible-runner event handler keeping ``results[host][task name] = res`` of every ``runner_on_ok`` event.
+
+    A later result of the same task name on the same host replaces the earlier one (a loop's result arrives
+    once, with its ``results`` list).
+    """
+
+    def __init__(self) -> None:
+        self.results: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """Record one event (anything but ``runner_on_ok`` with a host and a dict result is ignored)."""
+        if event.get("event") != "runner_on_ok":
+            return
+        data = event.get("event_data") or {}
+        res = data.get("res")
+        host = data.get("host")
+        if host and isinstance(res, dict):
+            self.results.setdefault(str(host), {})[str(data.get("task") or "")] = res
+
+    def fact(self, name: str) -> dict[str, Any]:
+        """Host -> the latest ``ansible_facts[name]`` any task of that host returned (hosts without it left out)."""
+        out: dict[str, Any] = {}
+        for host, tasks in self.results.items():
+            for res in tasks.values():
+                value = (res.get("ansible_facts") or {}).get(name)
+                if value is not None:
+                    out[host] = value
+        return out
+
+
+@dataclass
+class PlayRun:
+    """A finished one-off play: its :class:`TaskResults`, failed/unreachable hosts -> message, the run record."""
+
+    results: TaskResults
+    failed: dict[str, str] = field(default_factory=dict)
+    run_dir: Path | None = None
+    result: RunResult | None = None
+
+
+def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path, Path]:
+    """Validate and render ``fleet_path`` into a new run directory; return ``(run_dir, inventory)``.
+
+    Raises:
+        ConfigError: no such file, or ``limit`` matches no host. Exit 2.
+        FleetValidationError: the fleet file is invalid. Exit 2.
+    """
+    from gpuprov.engine import _check_limit
+    from gpuprov.fleet import load_fleet
+    from gpuprov.render import render_inventory
+    from gpuprov.resources import state_dir
+    from gpuprov.runner import new_run_dir
+
+    if not fleet_path.is_file():
+        raise ConfigError(f"{fleet_path}: no such fleet file - pass the path of a fleet file (see docs/design.md)")
+    fleet = load_fleet(fleet_path)
+    run_dir = new_run_dir(state_dir(), name)
+    inventory = render_inventory(fleet, run_dir / "inventory")
+    _check_limit(inventory, limit)
+    return run_dir, inventory
+
+
+def local_extravars(python: str | None = None) -> dict[str, str]:
+    """Extra variables that make every targeted host a local connection run by ``python`` (default: this
+    interpreter), with ``become`` only when gpuprov does not already run as root."""
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": python or sys.executable,
+        "ansible_become": "false" if os.geteuid() == 0 else "true",
+    }
+
+
+def local_inventory(out_dir: Path, python: str | None = None) -> Path:
+    """Write a one-host inventory (``localhost`` in group ``gpuprov``, local connection) under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hosts = {"all": {"children": {"gpuprov": {"hosts": {LOCAL_HOST: local_extravars(python)}}}}}
+    (out_dir / "hosts.yml").write_text("---\n" + yaml.safe_dump(hosts, sort_keys=True), encoding="utf-8")
+    return out_dir
+
+
+def prepare_local(name: str) -> tuple[Path, Path]:
+    """New run directory with a :func:`local_inventory`; returns ``(run_dir, inventory)``."""
+    from gpuprov.resources import state_dir
+    from gpuprov.runner import new_run_dir
+
+    run_dir = new_run_dir(state_dir(), name)
+    return run_dir, local_inventory(run_dir / "inventory")
+
+
+def write_play(run_dir: Path, name: str, play: list[dict[str, Any]]) -> Path:
+    """Write ``play`` as ``<run_dir>/project/<name>.yml`` and return its path."""
+    path = run_dir / "project" / f"{name}.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("---\n" + yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_play(run_dir: Path, inventory: Path, playbook: Path, limit: str | None = None,
+             extravars: dict[str, str] | None = None, results: TaskResults | None = None,
+             check: bool = False) -> PlayRun:
+    """Run ``playbook`` on ``inventory`` and collect the task results.
+
+    ``failed`` maps each failed or unreachable host to its failure messages joined by ``"; "`` (or its status).
+
+    Raises:
+        PlaybookError: ansible-playbook could not run the play at all.
+    """
+    from gpuprov.runner import RunRequest, run_playbook
+
+    collector = results if results is not None else TaskResults()
+    request = RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+                         limit=limit, extravars=dict(extravars or {}), check=check)
+    result = run_playbook(request, on_event=collector)
+    failed = {name: "; ".join(f["msg"] for f in result.hosts[name].failures) or result.hosts[name].status
+              for name in result.failed_hosts}
+    log.debug("%s: results from %d host(s), %d failed", playbook.name, len(collector.results), len(failed))
+    return PlayRun(results=collector, failed=failed, run_dir=run_dir, result=result)

@@ -1,0 +1,151 @@
+"""The drift report's comparison (gpuprov.drift.compare) on recorded dpkg-query / NVML / config inputs.
+
+The package lines are dpkg-query's exact format (``${Package}\\t${Version}\\t${db:Status-Abbrev}``); NVML facts
+come from the h200x2 capture through the real collector.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+from nvml_fake import FakeNvml
+
+from gpuprov import drift
+from gpuprov.facts import collect_with
+
+DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavour": "open", "nvswitch": True,
+           "cuda_version": "12.8", "cudnn_version": "9.10.2", "nccl_version": "2.26.2",
+           "container_runtime": "docker", "mig_layout": None, "mig_layouts": {}}
+
+PACKAGES = "\n".join([
+    "linux-image-6.8.0-60-generic\t6.8.0-60.63\tii ",
+    "linux-headers-6.8.0-60-generic\t6.8.0-60.63\tii ",
+    "linux-image-6.8.0-31-generic\t6.8.0-31.31\trc ",  # removed, config files left: not installed
+    "nvidia-driver-580-open\t580.159.04-0ubuntu1\thi ",
+    "nvidia-dkms-580-open\t580.159.04-0ubuntu1\thi ",
+    "nvidia-fabricmanager-580\t580.159.04-1\tii ",
+    "cuda-toolkit-12-8\t12.8.1-1\tii ",
+    "libcudnn9-cuda-12\t9.10.2.21-1\tii ",
+    "libnccl2\t2.26.2-1+cuda12.8\tii ",
+    "nvidia-container-toolkit\t1.17.8-1\tii ",
+    "libcudnn8\t\tun ",
+])
+DAEMON = base64.b64encode(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}).encode()).decode()
+
+#: ``nvidia-smi mig -lgi`` as the driver prints it.
+MIG_LGI = """+---------------------------------------------------+
+| GPU instances:                                    |
+| GPU   Name             Profile  Instance   Placement  |
+|                          ID       ID       Start:Size |
+|===================================================|
+|   0  MIG 3g.71gb          9        1          4:4     |
+|   0  MIG 1g.18gb         19        9          0:1     |
+|   0  MIG 1g.18gb         19       10          1:1     |
++---------------------------------------------------+
+"""
+
+
+@pytest.fixture(scope="module")
+def nvml() -> dict[str, Any]:
+    facts: dict[str, Any] = collect_with(FakeNvml())
+    return facts
+
+
+def _fact(nvml: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    installed = {"kernel": "6.8.0-60-generic", "packages": PACKAGES, "nvml": nvml,
+                 "runtime_files": [{"item": "/etc/docker/daemon.json", "content": DAEMON},
+                                   {"item": "/etc/containerd/config.toml", "failed": True, "msg": "not found"}],
+                 "mig_instances": ""}
+    fact = {"desired": copy.deepcopy(DESIRED), "installed": installed}
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        fact[section][name] = value
+    return fact
+
+
+def test_converged_host_is_in_sync(nvml: dict[str, Any]) -> None:
+    result = drift.compare(_fact(nvml))
+    assert list(result) == list(drift.COMPONENTS)
+    assert {c: e["in_sync"] for c, e in result.items() if not e["in_sync"]} == {}
+    assert result["driver"]["desired"]["packages"] == ["nvidia-driver-580-open", "nvidia-dkms-580-open"]
+    assert result["kernel"]["installed"]["images"] == ["6.8.0-60-generic"]  # the rc package is not installed
+
+
+def test_hand_changed_packages_show_as_drift(nvml: dict[str, Any]) -> None:
+    """The acceptance case: a package changed by hand on a host (NCCL downgraded, toolkit removed)."""
+    changed = PACKAGES.replace("libnccl2\t2.26.2-1+cuda12.8", "libnccl2\t2.21.5-1+cuda12.4").replace(
+        "nvidia-container-toolkit\t1.17.8-1\tii ", "nvidia-container-toolkit\t1.17.8-1\trc ")
+    result = drift.compare(_fact(nvml, installed__packages=changed))
+    bad = {c: e["note"] for c, e in result.items() if not e["in_sync"]}
+    assert bad == {"nccl": "no libnccl2 package at 2.26.2",
+                   "container_toolkit": "nvidia-container-toolkit is not installed"}
+    assert result["nccl"]["installed"] == {"libnccl2": "2.21.5-1+cuda12.4"}
+
+
+def test_driver_drift_by_package_version_and_nvml(nvml: dict[str, Any]) -> None:
+    result = drift.compare(_fact(nvml, desired__driver_version="580.95.05"))
+    note = result["driver"]["note"]
+    assert not result["driver"]["in_sync"]
+    assert "nvidia-dkms-580-open, nvidia-driver-580-open not at 580.95.05" in note
+    assert "NVML reports driver 580.159.04" in note
+    other = drift.compare(_fact(nvml, desired__driver_branch="570", desired__driver_version=None))
+    assert other["driver"]["note"] == "nvidia-driver-570-open is not installed; nvidia-dkms-570-open is not installed"
+
+
+def test_fabric_manager_missing_or_mismatched_on_nvswitch(nvml: dict[str, Any]) -> None:
+    without = PACKAGES.replace("nvidia-fabricmanager-580\t580.159.04-1\tii \n", "")
+    assert "case B11" in drift.compare(_fact(nvml, installed__packages=without))["fabric_manager"]["note"]
+    old = PACKAGES.replace("nvidia-fabricmanager-580\t580.159.04-1", "nvidia-fabricmanager-580\t580.95.05-1")
+    assert drift.compare(_fact(nvml, installed__packages=old))["fabric_manager"]["note"] == (
+        "nvidia-fabricmanager-580 differ from driver 580.159.04")
+    plain = drift.compare(_fact(nvml, installed__packages=without, desired__nvswitch=False))
+    assert plain["fabric_manager"]["in_sync"]
+
+
+def test_kernel_without_headers_and_cuda_minor_change(nvml: dict[str, Any]) -> None:
+    packages = PACKAGES + "\nlinux-image-6.8.0-62-generic\t6.8.0-62.65\tii "
+    result = drift.compare(_fact(nvml, installed__packages=packages, desired__cuda_version="12.9"))
+    assert result["kernel"]["installed"]["without_headers"] == ["6.8.0-62-generic"]
+    assert result["cuda"]["note"] == "cuda-toolkit-12-9 is not installed"
+
+
+def test_runtime_config_docker_and_containerd(nvml: dict[str, Any]) -> None:
+    empty = base64.b64encode(b"{}").decode()
+    files = [{"item": "/etc/docker/daemon.json", "content": empty}]
+    result = drift.compare(_fact(nvml, installed__runtime_files=files))
+    assert result["runtime_config"]["note"] == "/etc/docker/daemon.json has no nvidia runtime"
+    toml = base64.b64encode(b'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n').decode()
+    containerd = drift.compare(_fact(nvml, desired__container_runtime="containerd",
+                                     installed__runtime_files=[{"item": "/etc/containerd/config.toml",
+                                                                "content": toml}]))
+    assert containerd["runtime_config"]["in_sync"]
+    none = drift.compare(_fact(nvml, desired__container_runtime="none", installed__packages=""))
+    assert none["container_toolkit"]["in_sync"] and none["runtime_config"]["in_sync"]
+
+
+def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
+    assert drift.parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
+    layouts = {"mixed": [{"devices": [0], "mig_enabled": True, "mig_devices": {"3g.71gb": 1, "1g.18gb": 2}},
+                         {"devices": [1], "mig_enabled": False, "mig_devices": {}}]}
+    facts = copy.deepcopy(nvml)
+    facts["gpus"][0]["mig"]["current"] = True
+    facts["gpus"][1]["mig"]["current"] = False
+    ok = drift.compare(_fact(facts, desired__mig_layout="mixed", desired__mig_layouts=layouts,
+                             installed__mig_instances=MIG_LGI))
+    assert ok["mig"]["in_sync"], ok["mig"]
+    lost = drift.compare(_fact(facts, desired__mig_layout="mixed", desired__mig_layouts=layouts,
+                               installed__mig_instances=""))  # case B18: instances gone after a reboot
+    assert lost["mig"]["note"] == "GPU 0: instances {}, wanted {'3g.71gb': 1, '1g.18gb': 2}"
+    off = drift.compare(_fact(nvml, desired__mig_layout="mixed", desired__mig_layouts=layouts))
+    assert "GPU 0: MIG off, wanted on" in off["mig"]["note"]
+
+
+def test_fleet_drift_lists_drifted_components() -> None:
+    report = drift.FleetDrift(hosts={"a": {"nccl": {"in_sync": False}, "cuda": {"in_sync": True}},
+                                     "b": {"nccl": {"in_sync": True}}})
+    assert report.drifted == {"a": ["nccl"]}
+    assert report.to_json()["drifted"] == {"a": ["nccl"]}

@@ -1,0 +1,330 @@
+"""The verify role's ladder (roles/verify/library/verify_ladder.py), its all-reduce script, the shared play
+collector (gpuprov.hostplay) and the fleet accounting of gpuprov.verify.
+
+NVML facts come from the recorded h200x2 capture through the real collector (tests/nvml_fake.py); commands
+are answered by a fake runner that records what the ladder ran. The nvidia-smi texts are real outputs
+captured on a 2x H200 SXM host (2026-11-30).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from nvml_fake import FakeNvml
+
+from gpuprov import verify
+from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK
+from gpuprov.facts import collect_with
+from gpuprov.hostplay import LOCAL_HOST, TaskResults, local_extravars, local_inventory, write_play
+
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "verify"
+
+#: ``nvidia-smi topo -p2p r`` on the 2x H200 host, escape codes included.
+P2P_OK = (" \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n\nLegend:\n\n  X    = Self\n"
+          "  OK   = Status Ok\n  CNS  = Chipset not supported\n  NS   = Not supported\n")
+P2P_NS = P2P_OK.replace("GPU0\tX\tOK", "GPU0\tX\tNS").replace("GPU1\tOK\tX", "GPU1\tNS\tX")
+FABRIC_XML = ("<nvidia_smi_log><gpu id='0'><fabric><state>{s}</state><status>Success</status></fabric></gpu>"
+              "<gpu id='1'><fabric><state>Completed</state><status>Success</status></fabric></gpu></nvidia_smi_log>")
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpuprov_verify_ladder", ROLE / "library" / "verify_ladder.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ladder = _load()
+
+
+@pytest.fixture(scope="module")
+def h200x2() -> dict[str, Any]:
+    facts: dict[str, Any] = collect_with(FakeNvml())
+    return facts
+
+
+class FakeRun:
+    """Answers commands by the basename of argv[0] (and the next argument); records every call."""
+
+    def __init__(self, answers: dict[str, tuple[int | None, str, str] | Callable[[list[str]], Any]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], timeout: int, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> tuple[int | None, str, str]:
+        self.calls.append(list(argv))
+        name = Path(argv[0]).name
+        for key in (f"{name} {' '.join(argv[1:3])}", f"{name} {argv[1] if len(argv) > 1 else ''}", name):
+            if key in self.answers:
+                answer = self.answers[key]
+                return answer(argv) if callable(answer) else answer  # type: ignore[no-any-return]
+        return None, "", f"could not run {argv[0]}: not found"
+
+
+def _tools(tmp_path: Path, *names: str) -> str:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in names:
+        tool = bindir / name
+        tool.write_text("#!/bin/sh\nexit 0\n")
+        tool.chmod(0o755)
+    return str(bindir)
+
+
+def _ladder(nvml: dict[str, Any], tmp_path: Path, run: FakeRun, tools: tuple[str, ...] = (),
+            **params: Any) -> Any:
+    path = _tools(tmp_path, *tools)
+    base: dict[str, Any] = {"nvml": nvml, "workdir": str(tmp_path), "expected": {}, "thresholds": {},
+                            "steps": list(ladder.STEPS), "tool_dirs": [], "python": "", "nccl": {},
+                            "container": {}, "dcgm": {}}
+    base.update(params)
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    return ladder.Ladder(base, run=run, proc_root=str(tmp_path / "proc"), path=path)
+
+
+SMI_L = "GPU 0: NVIDIA H200 (UUID: GPU-4269)\nGPU 1: NVIDIA H200 (UUID: GPU-d86b)\n"
+TABLE = {"H200": {"nvlink": 250, "pcie": 35}}
+
+
+def _nccl(busbw: float, correct: bool = True, available: bool = True) -> tuple[int, str, str]:
+    result = {"available": available, "reason": None if available else "torch sees no CUDA device",
+              "world_size": 2, "busbw_gbps": busbw, "algbw_gbps": busbw, "correct": correct}
+    return 0, "warning line\n" + json.dumps(result) + "\n", ""
+
+
+def _healthy_run(busbw: float = 326.5) -> FakeRun:
+    return FakeRun({
+        "nvidia-smi -L": (0, SMI_L, ""),
+        "nvidia-smi -q -x": (0, FABRIC_XML.format(s="Completed"), ""),
+        "nvidia-smi topo -p2p": (0, P2P_OK, ""),
+        "nvcc": (0, "", ""),
+        "gpuprov_cuda_sample": (0, "device 0 NVIDIA H200 sm_90: ok\nRESULT PASS 2 GPU(s)\n", ""),
+        "python3 -c": (0, "2.11.0+cu130\n", ""),
+        "python3": _nccl(busbw),
+    })
+
+
+def _by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in report["steps"]}
+
+
+def test_healthy_h200_pair_passes_every_present_rung(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    run = _healthy_run()
+    report = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi", "nvcc", "python3"),
+                     expected={"model": "H200", "count": 2, "nvswitch": True, "driver_version": "580.159.04"},
+                     thresholds={"min_busbw_gbps": "auto", "busbw_table": TABLE}).run_all()
+    steps = _by_name(report)
+    assert [s["name"] for s in report["steps"]] == list(ladder.STEPS)
+    assert {n: s["status"] for n, s in steps.items()} == {
+        "gpus": "pass", "nvidia_smi": "pass", "driver_version": "pass", "persistence": "pass",
+        "fabric_manager": "pass", "cuda_sample": "pass", "p2p": "pass", "nccl_allreduce": "pass",
+        "container": "skip", "dcgm_diag": "skip"}
+    assert report["status"] == "pass" and report["summary"] == {"pass": 8, "fail": 0, "skip": 2}
+    assert steps["nccl_allreduce"]["evidence"]["min_busbw_gbps"] == 250.0
+    assert steps["nccl_allreduce"]["evidence"]["threshold_source"] == "model table H200 (nvlink)"
+    compile_argv = next(c for c in run.calls if Path(c[0]).name == "nvcc")
+    assert "arch=compute_90,code=[sm_90,compute_90]" in compile_argv  # built for the GPUs NVML reports
+    assert steps["container"]["reason"] == "docker is not installed"
+    assert steps["dcgm_diag"]["reason"] == "DCGM is not installed (no dcgmi)"
+
+
+def test_gpus_rung_compares_model_count_and_lost(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    run = FakeRun({})
+    assert _ladder(h200x2, tmp_path, run, expected={"model": "A100", "count": 8}).gpus_step()["reason"] == (
+        "2 GPU(s) found, the fleet file expects 8; GPU model NVIDIA H200, the fleet file expects A100")
+    lost = collect_with(FakeNvml(lost={0: "query"}))
+    assert "lost" in _ladder(lost, tmp_path, run).gpus_step()["reason"]
+    down = collect_with(FakeNvml(init_error="NVML_ERROR_DRIVER_NOT_LOADED"))
+    step = _ladder(down, tmp_path, run).gpus_step()
+    assert step["status"] == "fail" and "NVML_ERROR_DRIVER_NOT_LOADED" in step["reason"]
+
+
+def test_driver_version_rung_catches_library_module_and_pin_mismatch(h200x2: dict[str, Any],
+                                                                     tmp_path: Path) -> None:
+    run = FakeRun({})
+    stale = dict(h200x2, nvml_version="13.580.95.05", kernel_module_version="580.95.05")
+    step = _ladder(stale, tmp_path, run, expected={"driver_version": "580.159.04"}).driver_version_step()
+    assert step["status"] == "fail"
+    assert "NVML library 13.580.95.05 does not match driver 580.159.04" in step["reason"]
+    assert "loaded kernel module 580.95.05" in step["reason"]
+    pinned = _ladder(h200x2, tmp_path, run, expected={"driver_version": "570.1"}).driver_version_step()
+    assert pinned["reason"] == "driver 580.159.04, the fleet file pins 570.1"
+
+
+def test_persistence_off_fails_naming_the_gpu(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    facts = copy.deepcopy(h200x2)
+    facts["gpus"][1]["persistence_mode"] = False
+    step = _ladder(facts, tmp_path, FakeRun({})).persistence_step()
+    assert step["status"] == "fail" and "GPU(s) 1" in step["reason"]
+    assert step["evidence"]["persistence_mode"] == {"0": True, "1": False}
+
+
+def test_fabric_manager_rung(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    assert _ladder(h200x2, tmp_path, FakeRun({})).fabric_manager_step()["status"] == "skip"
+    run = FakeRun({"nvidia-smi -q -x": (0, FABRIC_XML.format(s="In Progress"), "")})
+    step = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi",), expected={"nvswitch": True}).fabric_manager_step()
+    assert step["status"] == "fail" and "GPU(s) 0" in step["reason"]
+    # no fabric state from nvidia-smi: the process decides (case B11 when it is missing)
+    run = FakeRun({"nvidia-smi -q -x": (0, "<nvidia_smi_log><gpu id='0'/></nvidia_smi_log>", "")})
+    lab = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi",), expected={"nvswitch": True})
+    assert "B11" in lab.fabric_manager_step()["reason"]
+    proc = tmp_path / "proc" / "4242"
+    proc.mkdir(parents=True)
+    (proc / "comm").write_text("nv-fabricmanage\n")  # comm holds 15 characters
+    assert lab.fabric_manager_step()["status"] == "pass"
+
+
+def test_cuda_sample_rung(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    step = _ladder(h200x2, tmp_path, FakeRun({})).cuda_sample_step()
+    assert step["status"] == "skip" and step["reason"].startswith("no CUDA toolkit")
+    run = FakeRun({"nvcc": (0, "", ""), "gpuprov_cuda_sample": (2, "RESULT FAIL cudaSetDevice: x (y)\n", "")})
+    step = _ladder(h200x2, tmp_path, run, tools=("nvcc",)).cuda_sample_step()
+    assert step["status"] == "fail" and step["reason"] == "RESULT FAIL cudaSetDevice: x (y)"
+    run = FakeRun({"nvcc": (1, "", "nvcc fatal: Unsupported gpu architecture 'compute_90'")})
+    step = _ladder(h200x2, tmp_path, run, tools=("nvcc",)).cuda_sample_step()
+    assert step["status"] == "fail" and "Unsupported gpu architecture" in step["evidence"]["compile_output"]
+
+
+def test_p2p_rung_parses_the_matrix(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    assert ladder.parse_p2p_matrix(P2P_OK) == {"0-1": "OK", "1-0": "OK"}
+    run = FakeRun({"nvidia-smi topo -p2p": (0, P2P_NS, "")})
+    step = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi",)).p2p_step()
+    assert step["status"] == "fail"
+    assert "P2P read not OK: 0-1 not supported, 1-0 not supported" in step["reason"]
+    assert "NVLink P2P not OK" in step["reason"]  # 18 active NVLinks per GPU in the capture
+    one = dict(h200x2, gpus=h200x2["gpus"][:1], count=1)
+    assert _ladder(one, tmp_path, run).p2p_step()["status"] == "skip"
+
+
+def test_nccl_rung_thresholds_and_skips(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    thresholds = {"min_busbw_gbps": "auto", "busbw_table": TABLE}
+    slow = _ladder(h200x2, tmp_path, _healthy_run(busbw=120.0), tools=("python3",), thresholds=thresholds)
+    step = slow.nccl_step()
+    assert step["status"] == "fail" and step["reason"] == (
+        "bus bandwidth 120.0 GB/s is below 250.0 GB/s (model table H200 (nvlink))")
+    explicit = dict(thresholds, min_busbw_gbps="100")
+    assert _ladder(h200x2, tmp_path, _healthy_run(busbw=120.0), tools=("python3",),
+                   thresholds=explicit).nccl_step()["status"] == "pass"
+    wrong = FakeRun({"python3 -c": (0, "2.11\n", ""), "python3": _nccl(400.0, correct=False)})
+    assert _ladder(h200x2, tmp_path, wrong, tools=("python3",),
+                   thresholds=thresholds).nccl_step()["reason"] == "all-reduce returned a wrong sum"
+    no_cuda = FakeRun({"python3 -c": (0, "2.11\n", ""), "python3": _nccl(0, available=False)})
+    step = _ladder(h200x2, tmp_path, no_cuda, tools=("python3",)).nccl_step()
+    assert step["status"] == "skip" and step["reason"] == "torch sees no CUDA device"
+    no_torch = FakeRun({"python3 -c": (1, "", "ModuleNotFoundError: No module named 'torch'")})
+    step = _ladder(h200x2, tmp_path, no_torch, tools=("python3",)).nccl_step()
+    assert step["status"] == "skip" and step["evidence"]["tried"][0]["rc"] == 1
+
+
+def test_busbw_threshold_picks_link_kind_and_unknown_models() -> None:
+    thresholds = {"busbw_table": TABLE}
+    assert ladder.busbw_threshold("NVIDIA H200", True, thresholds) == (250.0, "model table H200 (nvlink)")
+    assert ladder.busbw_threshold("NVIDIA H200 NVL", False, thresholds) == (35.0, "model table H200 (pcie)")
+    assert ladder.busbw_threshold("NVIDIA L40S", True, thresholds) == (None, None)
+
+
+def test_container_and_dcgm_rungs(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    run = FakeRun({"docker image": (1, "", "Error: No such image"),
+                   "dcgmi diag": (0, json.dumps({"tests": [{"results": [{"status": "Pass"}, {"status": "Fail"}]}]}),
+                                  "")})
+    lad = _ladder(h200x2, tmp_path, run, tools=("docker", "dcgmi"), container={"image": "cuda:x", "pull": False})
+    assert lad.container_step()["reason"] == "image cuda:x is not present and verify_container_pull is false"
+    dcgm = lad.dcgm_step()
+    assert dcgm["status"] == "fail" and dcgm["evidence"]["results"] == {"fail": 1, "pass": 1}
+    run = FakeRun({"docker image": (0, "[]", ""), "docker run": (0, SMI_L, "")})
+    lad = _ladder(h200x2, tmp_path, run, tools=("docker",), container={"image": "cuda:x"})
+    assert lad.container_step()["status"] == "pass"
+    assert run.calls[-1][3:5] == ["--gpus", "all"]
+
+
+def test_a_crashing_rung_fails_alone_and_unselected_rungs_skip(h200x2: dict[str, Any], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    lad = _ladder(h200x2, tmp_path, FakeRun({}), steps=["gpus", "persistence"])
+
+    def boom() -> None:
+        raise KeyError("x")
+
+    monkeypatch.setattr(lad, "persistence_step", boom)
+    steps = _by_name(lad.run_all())
+    assert steps["gpus"]["status"] == "pass"
+    assert steps["persistence"] == {**steps["persistence"], "status": "fail", "reason": "internal error: KeyError: 'x'"}
+    assert steps["p2p"]["reason"] == "not selected (verify_steps)"
+
+
+def test_python_candidates_keep_each_virtual_environment(tmp_path: Path) -> None:
+    real = tmp_path / "real-python"
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    for venv in ("a", "b"):
+        (tmp_path / venv).mkdir()
+        (tmp_path / venv / "python3").symlink_to(real)
+    path = f"{tmp_path / 'a'}:{tmp_path / 'b'}:{tmp_path / 'a'}"
+    assert ladder.python_candidates([], path) == [str(tmp_path / "a" / "python3"), str(tmp_path / "b" / "python3")]
+
+
+def test_allreduce_script_reports_why_it_cannot_run() -> None:
+    """The shipped script runs under this venv's CPU-only torch and must say so, not crash."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, str(ROLE / "files" / "gpuprov_nccl_allreduce.py"), "--iters", "1"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        assert result["available"] and result["correct"] and result["busbw_gbps"] > 0
+    else:
+        assert result["available"] is False and ("CUDA" in result["reason"] or "GPU" in result["reason"])
+
+
+# -- the shared play collector and the fleet accounting -------------------------------------------------------
+
+
+def test_task_results_keep_ok_results_per_host_and_task() -> None:
+    results = TaskResults()
+    results({"event": "runner_on_ok", "event_data": {"host": "a", "task": "Publish the report",
+                                                     "res": {"ansible_facts": {"verify_report": {"status": "pass"}}}}})
+    results({"event": "runner_on_failed", "event_data": {"host": "b", "task": "t", "res": {"msg": "x"}}})
+    results({"event": "runner_on_ok", "event_data": {"host": "a", "task": "Other", "res": {"changed": False}}})
+    results({"event": "verbose", "stdout": "x"})
+    assert results.fact("verify_report") == {"a": {"status": "pass"}}
+    assert sorted(results.results["a"]) == ["Other", "Publish the report"]
+    assert "b" not in results.results
+
+
+def test_local_inventory_is_one_local_host(tmp_path: Path) -> None:
+    import yaml
+
+    inventory = local_inventory(tmp_path / "inv", python="/usr/bin/python3")
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["gpuprov"]["hosts"]
+    assert list(hosts) == [LOCAL_HOST]
+    assert hosts[LOCAL_HOST]["ansible_connection"] == "local"
+    assert hosts[LOCAL_HOST]["ansible_python_interpreter"] == "/usr/bin/python3"
+    assert local_extravars()["ansible_python_interpreter"] == sys.executable
+    play = write_play(tmp_path, "x", [{"hosts": "gpuprov"}])
+    assert yaml.safe_load(play.read_text()) == [{"hosts": "gpuprov"}]
+
+
+def _report(*statuses: str) -> dict[str, Any]:
+    steps = [{"name": f"s{i}", "status": s} for i, s in enumerate(statuses)]
+    return {"status": "fail" if "fail" in statuses else "pass", "steps": steps}
+
+
+def test_fleet_exit_codes_and_summary() -> None:
+    assert verify.FleetVerify(reports={"a": _report("pass", "skip")}).exit_code == EXIT_OK
+    mixed = verify.FleetVerify(reports={"a": _report("pass"), "b": _report("fail", "pass")})
+    assert mixed.exit_code == EXIT_DRIFT
+    assert mixed.summary()["failed_steps"] == {"b": ["s0"]} and mixed.summary()["passed"] == ["a"]
+    down = verify.FleetVerify(reports={"a": _report("fail")}, failed={"c": "unreachable"})
+    assert down.exit_code == EXIT_HOSTS_FAILED
+    assert down.to_json()["summary"]["hosts"] == 2 and down.to_json()["exit_code"] == EXIT_HOSTS_FAILED
