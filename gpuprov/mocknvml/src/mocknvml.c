@@ -143,17 +143,12 @@ struct entry {
     char *value;
 };
 
-struct mock_device {
-    unsigned int index;
-    int lost_at_handle; /* nvmlDeviceGetHandleBy* fails with GPU_IS_LOST */
-    int lost_at_query;  /* the handle exists, every query fails */
-};
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int g_refcount;      /* nvmlInit calls not yet shut down */
 static struct entry *g_entries;
 static size_t g_n_entries;
 static char *g_text;                 /* the file contents; entries point into it */
+static char g_conf_path[4096];       /* the profile file loaded, for the MIG state file beside it */
 static struct mock_device g_devices[MOCK_MAX_DEVICES];
 static unsigned int g_n_devices;
 
@@ -167,6 +162,7 @@ static const char *cfg_get(const char *key)
 
 static void cfg_free(void)
 {
+    mock_mig_unload();
     free(g_entries);
     free(g_text);
     g_entries = NULL;
@@ -188,6 +184,7 @@ static char *trim(char *s)
 /* Read and split the conf file.  Returns 0 on success, -1 when unreadable. */
 static int cfg_load_file(const char *path)
 {
+    snprintf(g_conf_path, sizeof(g_conf_path), "%s", path);
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
@@ -367,7 +364,7 @@ int mock_is_device(const void *ptr)
 }
 
 /* Checks NVML performs before any device query, in its order. */
-static nvmlReturn_t check_device(nvmlDevice_t device)
+nvmlReturn_t mock_check_device(nvmlDevice_t device)
 {
     if (g_refcount == 0)
         return NVML_ERROR_UNINITIALIZED;
@@ -388,31 +385,46 @@ static nvmlReturn_t check_device(nvmlDevice_t device)
 static nvmlReturn_t dev_ull(nvmlDevice_t dev, const char *field, unsigned long long *out)
 {
     char key[MOCK_KEY_MAX];
-    CHECK(check_device(dev));
+    CHECK(mock_check_device(dev));
     if (out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     dev_key(key, sizeof(key), dev, field);
     return cfg_ull(key, out);
 }
 
-static nvmlReturn_t dev_uint(nvmlDevice_t dev, const char *field, unsigned int *out)
+nvmlReturn_t mock_dev_uint(nvmlDevice_t dev, const char *field, unsigned int *out)
 {
     char key[MOCK_KEY_MAX];
-    CHECK(check_device(dev));
+    CHECK(mock_check_device(dev));
     if (out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     dev_key(key, sizeof(key), dev, field);
     return cfg_uint(key, out);
 }
 
-static nvmlReturn_t dev_str(nvmlDevice_t dev, const char *field, char *buf, unsigned int length)
+nvmlReturn_t mock_dev_str(nvmlDevice_t dev, const char *field, char *buf, unsigned int length)
 {
     char key[MOCK_KEY_MAX];
-    CHECK(check_device(dev));
+    CHECK(mock_check_device(dev));
     if (buf == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     dev_key(key, sizeof(key), dev, field);
     return cfg_str(key, buf, length);
+}
+
+const char *mock_conf_path(void)
+{
+    return g_conf_path;
+}
+
+unsigned int mock_device_count(void)
+{
+    return g_n_devices;
+}
+
+struct mock_device *mock_device_at(unsigned int index)
+{
+    return index < g_n_devices ? &g_devices[index] : NULL;
 }
 
 /* Two values that NVML returns together (current/pending, major/minor). */
@@ -420,10 +432,10 @@ static nvmlReturn_t dev_pair(nvmlDevice_t dev, const char *first, const char *se
                              unsigned int *b)
 {
     if (a == NULL || b == NULL)
-        return check_device(dev) != NVML_SUCCESS ? check_device(dev) : NVML_ERROR_INVALID_ARGUMENT;
+        return mock_check_device(dev) != NVML_SUCCESS ? mock_check_device(dev) : NVML_ERROR_INVALID_ARGUMENT;
     unsigned int va = 0, vb = 0;
-    CHECK(dev_uint(dev, first, &va));
-    CHECK(dev_uint(dev, second, &vb));
+    CHECK(mock_dev_uint(dev, first, &va));
+    CHECK(mock_dev_uint(dev, second, &vb));
     *a = va;
     *b = vb;
     return NVML_SUCCESS;
@@ -485,8 +497,8 @@ static nvmlReturn_t do_init(unsigned int flags, const char *who)
                 cfg_free();
         }
     }
-    if (ret == NVML_SUCCESS)
-        g_refcount++;
+    if (ret == NVML_SUCCESS && g_refcount++ == 0)
+        mock_mig_load(); /* needs the device table and an initialised library */
     pthread_mutex_unlock(&g_lock);
     mock_trace("%s(flags=0x%x) -> %d", who, flags, ret);
     return ret;
@@ -700,7 +712,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDe
 
 MOCK_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-    CHECK(check_device(device));
+    CHECK(mock_check_device(device));
     if (index == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *index = device->index;
@@ -713,56 +725,56 @@ MOCK_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *inde
 
 MOCK_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length)
 {
-    return dev_str(d, "name", name, length);
+    return mock_dev_str(d, "name", name, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)
 {
-    return dev_str(d, "uuid", uuid, length);
+    return mock_dev_str(d, "uuid", uuid, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t d, char *serial, unsigned int length)
 {
-    return dev_str(d, "serial", serial, length);
+    return mock_dev_str(d, "serial", serial, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t d, char *partNumber, unsigned int length)
 {
-    return dev_str(d, "board_part_number", partNumber, length);
+    return mock_dev_str(d, "board_part_number", partNumber, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t d, char *version, unsigned int length)
 {
-    return dev_str(d, "vbios_version", version, length);
+    return mock_dev_str(d, "vbios_version", version, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t d, char *version, unsigned int length)
 {
-    return dev_str(d, "inforom.image_version", version, length);
+    return mock_dev_str(d, "inforom.image_version", version, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t d, int object, char *version, unsigned int length)
 {
     static const char *const fields[] = {"inforom.oem", "inforom.ecc", "inforom.power"};
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (object < NVML_INFOROM_OEM || object > NVML_INFOROM_POWER)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return dev_str(d, fields[object], version, length);
+    return mock_dev_str(d, fields[object], version, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minorNumber)
 {
-    return dev_uint(d, "minor_number", minorNumber);
+    return mock_dev_uint(d, "minor_number", minorNumber);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t d, int *type)
 {
-    return dev_uint(d, "brand", (unsigned int *)type);
+    return mock_dev_uint(d, "brand", (unsigned int *)type);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, unsigned int *arch)
 {
-    return dev_uint(d, "architecture", arch);
+    return mock_dev_uint(d, "architecture", arch);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor)
@@ -773,33 +785,33 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *ma
 
 MOCK_API nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t d, unsigned int *boardId)
 {
-    return dev_uint(d, "board_id", boardId);
+    return mock_dev_uint(d, "board_id", boardId);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t d, unsigned int *multiGpuBool)
 {
-    return dev_uint(d, "multi_gpu_board", multiGpuBool);
+    return mock_dev_uint(d, "multi_gpu_board", multiGpuBool);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t d, unsigned int *moduleId)
 {
-    return dev_uint(d, "module_id", moduleId);
+    return mock_dev_uint(d, "module_id", moduleId);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t d, unsigned int *numCores)
 {
-    return dev_uint(d, "num_gpu_cores", numCores);
+    return mock_dev_uint(d, "num_gpu_cores", numCores);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t d, unsigned int *busWidth)
 {
-    return dev_uint(d, "memory_bus_width", busWidth);
+    return mock_dev_uint(d, "memory_bus_width", busWidth);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t d, char *version)
 {
     /* NVML documents the buffer as NVML_GSP_FIRMWARE_VERSION_BUF_SIZE (64). */
-    return dev_str(d, "gsp_firmware_version", version, 64);
+    return mock_dev_str(d, "gsp_firmware_version", version, 64);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t d, unsigned int *isEnabled,
@@ -837,7 +849,7 @@ static nvmlReturn_t fill_pci_info(const char *bus_id_key, const char *device_id_
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 {
     char k1[MOCK_KEY_MAX], k2[MOCK_KEY_MAX], k3[MOCK_KEY_MAX];
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (pci == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     dev_key(k1, sizeof(k1), d, "pci.bus_id");
@@ -858,51 +870,51 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *pci)
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen)
 {
-    return dev_uint(d, "pcie.link_gen_current", gen);
+    return mock_dev_uint(d, "pcie.link_gen_current", gen);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned int *width)
 {
-    return dev_uint(d, "pcie.link_width_current", width);
+    return mock_dev_uint(d, "pcie.link_width_current", width);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen)
 {
-    return dev_uint(d, "pcie.link_gen_max", gen);
+    return mock_dev_uint(d, "pcie.link_gen_max", gen);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *width)
 {
-    return dev_uint(d, "pcie.link_width_max", width);
+    return mock_dev_uint(d, "pcie.link_width_max", width);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen)
 {
-    return dev_uint(d, "pcie.link_gen_gpu_max", gen);
+    return mock_dev_uint(d, "pcie.link_gen_gpu_max", gen);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *value)
 {
-    return dev_uint(d, "pcie.replay_counter", value);
+    return mock_dev_uint(d, "pcie.replay_counter", value);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t d, unsigned int *maxSpeed)
 {
-    return dev_uint(d, "pcie.link_max_speed", maxSpeed);
+    return mock_dev_uint(d, "pcie.link_max_speed", maxSpeed);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t d, unsigned int *pcieSpeed)
 {
-    return dev_uint(d, "pcie.speed", pcieSpeed);
+    return mock_dev_uint(d, "pcie.speed", pcieSpeed);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned int *value)
 {
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (counter == NVML_PCIE_UTIL_TX_BYTES)
-        return dev_uint(d, "pcie.tx_kbps", value);
+        return mock_dev_uint(d, "pcie.tx_kbps", value);
     if (counter == NVML_PCIE_UTIL_RX_BYTES)
-        return dev_uint(d, "pcie.rx_kbps", value);
+        return mock_dev_uint(d, "pcie.rx_kbps", value);
     return NVML_ERROR_INVALID_ARGUMENT;
 }
 
@@ -927,7 +939,7 @@ static nvmlReturn_t read_memory(nvmlDevice_t d, unsigned long long *total, unsig
 MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory)
 {
     unsigned long long total, reserved, used;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     CHECK(read_memory(d, &total, &reserved, &used));
@@ -941,7 +953,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memo
 MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
 {
     unsigned long long total, reserved, used;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2)
@@ -957,7 +969,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t
 MOCK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t d, nvmlBAR1Memory_t *bar1)
 {
     unsigned long long total = 0, used = 0;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (bar1 == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     CHECK(dev_ull(d, "bar1.total", &total));
@@ -975,22 +987,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t d, nvmlBAR1Memory
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode)
 {
-    return dev_uint(d, "persistence_mode", (unsigned int *)mode);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *currentMode, unsigned int *pendingMode)
-{
-    return dev_pair(d, "mig_mode.current", "mig_mode.pending", currentMode, pendingMode);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
-{
-    return dev_uint(d, "max_mig_device_count", count);
+    return mock_dev_uint(d, "persistence_mode", (unsigned int *)mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *isMigDevice)
 {
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (isMigDevice == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *isMigDevice = 0; /* the mock exposes no MIG devices */
@@ -1004,17 +1006,17 @@ MOCK_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t d, int *current, int *pe
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t d, int *display)
 {
-    return dev_uint(d, "display_mode", (unsigned int *)display);
+    return mock_dev_uint(d, "display_mode", (unsigned int *)display);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t d, int *isActive)
 {
-    return dev_uint(d, "display_active", (unsigned int *)isActive);
+    return mock_dev_uint(d, "display_active", (unsigned int *)isActive);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode)
 {
-    return dev_uint(d, "compute_mode", (unsigned int *)mode);
+    return mock_dev_uint(d, "compute_mode", (unsigned int *)mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t d, int *current, int *pending)
@@ -1025,27 +1027,27 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t d, int *current
 
 MOCK_API nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t d, int *mode)
 {
-    return dev_uint(d, "accounting_mode", (unsigned int *)mode);
+    return mock_dev_uint(d, "accounting_mode", (unsigned int *)mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t d, unsigned int *bufferSize)
 {
-    return dev_uint(d, "accounting_buffer_size", bufferSize);
+    return mock_dev_uint(d, "accounting_buffer_size", bufferSize);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, int *mode)
 {
-    return dev_uint(d, "virtualization_mode", (unsigned int *)mode);
+    return mock_dev_uint(d, "virtualization_mode", (unsigned int *)mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t d, int *pState)
 {
-    return dev_uint(d, "performance_state", (unsigned int *)pState);
+    return mock_dev_uint(d, "performance_state", (unsigned int *)pState);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t d, int *pState)
 {
-    return dev_uint(d, "performance_state", (unsigned int *)pState);
+    return mock_dev_uint(d, "performance_state", (unsigned int *)pState);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *reasons)
@@ -1088,7 +1090,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int errorType,
                                                   unsigned long long *eccCounts)
 {
     char field[MOCK_KEY_MAX];
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     const char *counter = ecc_counter_name(counterType), *type = ecc_type_name(errorType);
     if (counter == NULL || type == NULL || eccCounts == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -1116,12 +1118,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t d, int cause, unsig
 {
     char field[MOCK_KEY_MAX];
     unsigned int n = 0;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (pageCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     snprintf(field, sizeof(field), "retired_pages.%s",
              cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? "double_bit" : "single_bit");
-    CHECK(dev_uint(d, field, &n));
+    CHECK(mock_dev_uint(d, field, &n));
     if (*pageCount < n) {
         *pageCount = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -1145,20 +1147,20 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t d, int cause, un
 
 MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *isPending)
 {
-    return dev_uint(d, "retired_pages.pending", (unsigned int *)isPending);
+    return mock_dev_uint(d, "retired_pages.pending", (unsigned int *)isPending);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corrRows, unsigned int *uncRows,
                                                 unsigned int *isPending, unsigned int *failureOccurred)
 {
     unsigned int c = 0, u = 0, p = 0, f = 0;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    CHECK(dev_uint(d, "remapped_rows.correctable", &c));
-    CHECK(dev_uint(d, "remapped_rows.uncorrectable", &u));
-    CHECK(dev_uint(d, "remapped_rows.pending", &p));
-    CHECK(dev_uint(d, "remapped_rows.failure", &f));
+    CHECK(mock_dev_uint(d, "remapped_rows.correctable", &c));
+    CHECK(mock_dev_uint(d, "remapped_rows.uncorrectable", &u));
+    CHECK(mock_dev_uint(d, "remapped_rows.pending", &p));
+    CHECK(mock_dev_uint(d, "remapped_rows.failure", &f));
     *corrRows = c, *uncRows = u, *isPending = p, *failureOccurred = f;
     return NVML_SUCCESS;
 }
@@ -1169,17 +1171,17 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *co
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t d, int *mode)
 {
-    return dev_uint(d, "power.management", (unsigned int *)mode);
+    return mock_dev_uint(d, "power.management", (unsigned int *)mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *limit)
 {
-    return dev_uint(d, "power.limit", limit);
+    return mock_dev_uint(d, "power.limit", limit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t d, unsigned int *defaultLimit)
 {
-    return dev_uint(d, "power.default_limit", defaultLimit);
+    return mock_dev_uint(d, "power.default_limit", defaultLimit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t d, unsigned int *minLimit,
@@ -1190,12 +1192,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t 
 
 MOCK_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *limit)
 {
-    return dev_uint(d, "power.enforced_limit", limit);
+    return mock_dev_uint(d, "power.enforced_limit", limit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power)
 {
-    return dev_uint(d, "power.usage", power);
+    return mock_dev_uint(d, "power.usage", power);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *energy)
@@ -1205,10 +1207,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsign
 
 MOCK_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensorType, unsigned int *temp)
 {
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (sensorType != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return dev_uint(d, "temperature.gpu", temp);
+    return mock_dev_uint(d, "temperature.gpu", temp);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int thresholdType, unsigned int *temp)
@@ -1217,10 +1219,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int thre
         "temperature.shutdown", "temperature.slowdown", "temperature.mem_max", "temperature.gpu_max",
         "temperature.acoustic_min", "temperature.acoustic_curr", "temperature.acoustic_max",
     };
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (thresholdType < 0 || (size_t)thresholdType >= sizeof(fields) / sizeof(fields[0]))
         return NVML_ERROR_NOT_SUPPORTED;
-    return dev_uint(d, fields[thresholdType], temp);
+    return mock_dev_uint(d, fields[thresholdType], temp);
 }
 
 static const char *clock_name(int type)
@@ -1232,12 +1234,12 @@ static const char *clock_name(int type)
 static nvmlReturn_t clock_value(nvmlDevice_t d, const char *group, int type, unsigned int *mhz)
 {
     char field[MOCK_KEY_MAX];
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     const char *name = clock_name(type);
     if (name == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     snprintf(field, sizeof(field), "clocks.%s.%s", group, name);
-    return dev_uint(d, field, mhz);
+    return mock_dev_uint(d, field, mhz);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *clock)
@@ -1268,7 +1270,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t d, int typ
 MOCK_API nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t d, int type, int id, unsigned int *clockMHz)
 {
     static const char *const groups[] = {"current", "applications", "default_applications", "max_customer_boost"};
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (id < NVML_CLOCK_ID_CURRENT || id > NVML_CLOCK_ID_CUSTOMER_BOOST_MAX)
         return NVML_ERROR_INVALID_ARGUMENT;
     return clock_value(d, groups[id], type, clockMHz);
@@ -1283,10 +1285,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilizat
 static nvmlReturn_t codec_utilization(nvmlDevice_t d, const char *field, unsigned int *util,
                                       unsigned int *samplingPeriodUs)
 {
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (util == NULL || samplingPeriodUs == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    CHECK(dev_uint(d, field, util));
+    CHECK(mock_dev_uint(d, field, util));
     *samplingPeriodUs = 167000;
     return NVML_SUCCESS;
 }
@@ -1303,21 +1305,21 @@ MOCK_API nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t d, unsigned i
 
 MOCK_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t d, unsigned int *speed)
 {
-    return dev_uint(d, "fan_speed", speed);
+    return mock_dev_uint(d, "fan_speed", speed);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t d, unsigned int fan, unsigned int *speed)
 {
     unsigned int fans = 0;
-    CHECK(dev_uint(d, "num_fans", &fans));
+    CHECK(mock_dev_uint(d, "num_fans", &fans));
     if (fan >= fans)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return dev_uint(d, "fan_speed", speed);
+    return mock_dev_uint(d, "fan_speed", speed);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t d, unsigned int *numFans)
 {
-    return dev_uint(d, "num_fans", numFans);
+    return mock_dev_uint(d, "num_fans", numFans);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1326,7 +1328,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t d, unsigned int *numFans
 
 static nvmlReturn_t no_processes(nvmlDevice_t d, unsigned int *infoCount)
 {
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (infoCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     *infoCount = 0;
@@ -1358,8 +1360,8 @@ static nvmlReturn_t nvlink_key(nvmlDevice_t d, unsigned int link, const char *na
 {
     unsigned int count = 0;
     char field[MOCK_KEY_MAX];
-    CHECK(check_device(d));
-    CHECK(dev_uint(d, "nvlink.count", &count));
+    CHECK(mock_check_device(d));
+    CHECK(mock_dev_uint(d, "nvlink.count", &count));
     if (link >= count)
         return NVML_ERROR_INVALID_ARGUMENT;
     snprintf(field, sizeof(field), "nvlink.%u.%s", link, name);
@@ -1376,7 +1378,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link
 {
     char key[MOCK_KEY_MAX];
     if (isActive == NULL)
-        return check_device(d) != NVML_SUCCESS ? check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
+        return mock_check_device(d) != NVML_SUCCESS ? mock_check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
     CHECK(nvlink_key(d, link, "active", key, sizeof(key)));
     return cfg_uint(key, (unsigned int *)isActive);
 }
@@ -1385,7 +1387,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t d, unsigned int li
 {
     char key[MOCK_KEY_MAX];
     if (version == NULL)
-        return check_device(d) != NVML_SUCCESS ? check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
+        return mock_check_device(d) != NVML_SUCCESS ? mock_check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
     CHECK(nvlink_key(d, link, "version", key, sizeof(key)));
     return cfg_uint(key, version);
 }
@@ -1395,7 +1397,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t d, unsigned int
 {
     char key[MOCK_KEY_MAX];
     if (capResult == NULL)
-        return check_device(d) != NVML_SUCCESS ? check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
+        return mock_check_device(d) != NVML_SUCCESS ? mock_check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
     CHECK(nvlink_key(d, link, "active", key, sizeof(key)));
     unsigned int active = 0;
     CHECK(cfg_uint(key, &active));
@@ -1409,7 +1411,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsign
 {
     char key[MOCK_KEY_MAX], dev_id[MOCK_KEY_MAX];
     if (pci == NULL)
-        return check_device(d) != NVML_SUCCESS ? check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
+        return mock_check_device(d) != NVML_SUCCESS ? mock_check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
     CHECK(nvlink_key(d, link, "remote_bus_id", key, sizeof(key)));
     CHECK(nvlink_key(d, link, "remote_device_id", dev_id, sizeof(dev_id)));
     return fill_pci_info(key, dev_id, NULL, pci);
@@ -1424,7 +1426,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsign
 {
     char key[MOCK_KEY_MAX];
     if (type == NULL)
-        return check_device(d) != NVML_SUCCESS ? check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
+        return mock_check_device(d) != NVML_SUCCESS ? mock_check_device(d) : NVML_ERROR_INVALID_ARGUMENT;
     CHECK(nvlink_key(d, link, "remote_device_type", key, sizeof(key)));
     return cfg_uint(key, (unsigned int *)type);
 }
@@ -1433,8 +1435,8 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsign
 static nvmlReturn_t pair_value(const char *group, nvmlDevice_t a, nvmlDevice_t b, unsigned int *out)
 {
     char key[MOCK_KEY_MAX];
-    CHECK(check_device(a));
-    CHECK(check_device(b));
+    CHECK(mock_check_device(a));
+    CHECK(mock_check_device(b));
     if (out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int lo = a->index < b->index ? a->index : b->index;
@@ -1448,7 +1450,7 @@ static nvmlReturn_t pair_value(const char *group, nvmlDevice_t a, nvmlDevice_t b
 
 MOCK_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int *pathInfo)
 {
-    if (a == b && check_device(a) == NVML_SUCCESS && pathInfo != NULL) {
+    if (a == b && mock_check_device(a) == NVML_SUCCESS && pathInfo != NULL) {
         *pathInfo = NVML_TOPOLOGY_INTERNAL;
         return NVML_SUCCESS;
     }
@@ -1458,7 +1460,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDe
 MOCK_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int p2pIndex, int *p2pStatus)
 {
     (void)p2pIndex;
-    if (a == b && check_device(a) == NVML_SUCCESS && p2pStatus != NULL) {
+    if (a == b && mock_check_device(a) == NVML_SUCCESS && p2pStatus != NULL) {
         *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
         return NVML_SUCCESS;
     }
@@ -1495,7 +1497,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t d, unsigned int cpuS
 {
     char key[MOCK_KEY_MAX];
     const char *list = NULL;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (cpuSet == NULL || cpuSetSize == 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     dev_key(key, sizeof(key), d, "cpu_affinity");
@@ -1516,7 +1518,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t d, unsigned int n
     char key[MOCK_KEY_MAX];
     const char *list = NULL;
     (void)scope;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (nodeSet == NULL || nodeSetSize == 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     dev_key(key, sizeof(key), d, "memory_affinity");
@@ -1526,17 +1528,17 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t d, unsigned int n
 
 MOCK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
 {
-    return dev_uint(d, "numa_node", node);
+    return mock_dev_uint(d, "numa_node", node);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *info)
 {
     unsigned int state = 0, clique = 0;
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (info == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    CHECK(dev_uint(d, "fabric.state", &state));
-    if (dev_uint(d, "fabric.clique_id", &clique) != NVML_SUCCESS)
+    CHECK(mock_dev_uint(d, "fabric.state", &state));
+    if (mock_dev_uint(d, "fabric.clique_id", &clique) != NVML_SUCCESS)
         clique = 0;
     memset(info, 0, sizeof(*info));
     info->state = (nvmlGpuFabricState_t)state;
@@ -1683,7 +1685,7 @@ static nvmlReturn_t field_value(nvmlDevice_t d, unsigned int id, unsigned int sc
 /* Each value carries its own nvmlReturn; the call itself succeeds. */
 MOCK_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int valuesCount, nvmlFieldValue_t *values)
 {
-    CHECK(check_device(d));
+    CHECK(mock_check_device(d));
     if (values == NULL || valuesCount < 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     for (int i = 0; i < valuesCount; i++) {

@@ -1,0 +1,253 @@
+"""The mig role's engine (roles/mig/module_utils/gpuprov_mig.py) against the mock NVML, in this process:
+assert-then-apply, idempotence, refusal on GPUs without MIG (v100x4), a held GPU, and the B18 reboot
+(instances gone, MIG mode kept) followed by a re-apply. No containers: fast, and the same engine the
+mig_layout module and gpuprov-mig.service run."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpuprov.mocknvml import build_library, compile_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL_1G = [{"devices": "all", "mig_enabled": True, "mig_devices": {"1g.10gb": 7}}]
+
+
+def _engine() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpuprov_mig_engine", ROOT / "roles/mig/module_utils/gpuprov_mig.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mig = _engine()
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build the mock NVML")
+    lib = build_library(tmp_path_factory.mktemp("mig-lib"))
+    pynvml.nvmlLib = ctypes.CDLL(str(lib))
+    return lib
+
+
+@pytest.fixture
+def gpu_host(library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Path]]:
+    """Select a profile (its state file lands beside the conf) and a boot id; return the state path."""
+    monkeypatch.setenv("GPUPROV_MOCK_NVML_BOOT_ID", "boot-1")
+    monkeypatch.delenv("GPUPROV_MOCK_NVML_STATE", raising=False)
+
+    def select(profile: str) -> Path:
+        conf = tmp_path / "mock-nvml.conf"
+        conf.write_text(compile_profile(profile), encoding="utf-8")
+        monkeypatch.setenv("GPUPROV_MOCK_NVML_CONF", str(conf))
+        return tmp_path / "mock-nvml.state"
+
+    yield select
+    while True:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            break
+
+
+def _instances(result: dict[str, Any]) -> list[dict[str, int]]:
+    return [gpu.get("after", gpu["instances"]) for gpu in result["gpus"]]
+
+
+def test_apply_then_assert_is_idempotent(gpu_host: Callable[[str], Path]) -> None:
+    state = gpu_host("a100x8-nvswitch")
+    plan = mig.run(pynvml, ALL_1G, apply=False)
+    assert plan["changed"] is True
+    assert plan["mode_change"] is True
+    assert {gpu["state"] for gpu in plan["gpus"]} == {"MIG mode off"}
+    assert not state.exists()  # planning changes nothing
+    applied = mig.run(pynvml, ALL_1G, apply=True)
+    assert applied["reboot_required"] is False
+    assert _instances(applied) == [{"1g.10gb": 7}] * 8
+    again = mig.run(pynvml, ALL_1G, apply=True)
+    assert again["changed"] is False
+    assert [gpu["actions"] for gpu in again["gpus"]] == [[]] * 8
+    assert {gpu["state"] for gpu in again["gpus"]} == {"ok"}
+
+
+def test_b18_reboot_loses_instances_keeps_mode_and_reapply_restores(
+    gpu_host: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu_host("a100x8-nvswitch")
+    mig.run(pynvml, ALL_1G, apply=True)
+    monkeypatch.setenv("GPUPROV_MOCK_NVML_BOOT_ID", "boot-2")  # the host rebooted
+    after_boot = mig.run(pynvml, ALL_1G, apply=False)
+    assert [(g["mig_current"], g["instances"], g["state"]) for g in after_boot["gpus"]] == [
+        (True, {}, "MIG on but no instances")
+    ] * 8
+    assert after_boot["mode_change"] is False
+    reapplied = mig.run(pynvml, ALL_1G, apply=True)
+    assert _instances(reapplied) == [{"1g.10gb": 7}] * 8
+    assert mig.run(pynvml, ALL_1G, apply=False)["changed"] is False
+
+
+def test_layout_mixing_profiles_and_gpus(gpu_host: Callable[[str], Path]) -> None:
+    gpu_host("a100x8-40gb")
+    layout = [
+        {"devices": "all", "mig_enabled": True, "mig_devices": {"1g.5gb": 7}},
+        {"devices": [1], "mig_enabled": True, "mig_devices": {"1g.5gb": 1, "4g.20gb": 1, "2g.10gb": 1}},
+        {"devices": [2], "mig_enabled": True, "mig_devices": {"3g.20gb": 2}},
+        {"devices": [3], "mig_enabled": False},
+    ]
+    result = mig.run(pynvml, layout, apply=True)
+    got = _instances(result)
+    assert got[0] == {"1g.5gb": 7}
+    assert got[1] == {"1g.5gb": 1, "2g.10gb": 1, "4g.20gb": 1}
+    assert got[2] == {"3g.20gb": 2}
+    assert got[3] == {}
+    assert result["gpus"][3]["actions"] == []  # already off: nothing to do
+    changed = [{"devices": [2], "mig_enabled": True, "mig_devices": {"7g.40gb": 1}}]
+    plan = mig.run(pynvml, changed, apply=False)
+    assert plan["gpus"][0]["state"] == "instances differ from the declared layout"
+    assert plan["gpus"][0]["actions"] == ["destroy instances {'3g.20gb': 2}", "create instances {'7g.40gb': 1}"]
+
+
+def test_refuses_gpus_without_mig(gpu_host: Callable[[str], Path]) -> None:
+    gpu_host("v100x4")
+    with pytest.raises(mig.MigError, match=r"GPU 0 \(Tesla V100-SXM2-32GB, .*\) is not MIG-capable"):
+        mig.run(pynvml, ALL_1G, apply=False)
+    # disabling MIG on them is a no-op, not an error
+    assert mig.run(pynvml, [{"devices": "all", "mig_enabled": False}], apply=True)["changed"] is False
+
+
+def test_unknown_profile_names_what_the_gpu_offers(gpu_host: Callable[[str], Path]) -> None:
+    gpu_host("a100x8-nvswitch")
+    with pytest.raises(mig.MigError, match=r"no MIG profile 1g\.5gb; it offers 1g\.10gb, "):
+        mig.run(pynvml, [{"devices": [0], "mig_devices": {"1g.5gb": 7}}], apply=True)
+
+
+def test_layout_that_does_not_fit_fails_clearly(gpu_host: Callable[[str], Path]) -> None:
+    gpu_host("a100x8-nvswitch")
+    with pytest.raises(mig.MigError, match=r"creating 1g\.10gb failed: NVML_ERROR_INSUFFICIENT_RESOURCES"):
+        mig.run(pynvml, [{"devices": [0], "mig_devices": {"4g.40gb": 1, "1g.10gb": 4}}], apply=True)
+
+
+def test_held_gpu_blocks_the_mode_change_with_the_holder_named(
+    gpu_host: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu_host("a100x8-nvswitch")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia0").write_text("", encoding="utf-8")
+    monkeypatch.setenv("GPUPROV_MOCK_NVML_DEV_DIR", str(dev))
+    with (dev / "nvidia0").open(encoding="utf-8") as handle:
+        holder = subprocess.Popen(["sleep", "30"], stdin=handle)
+    try:
+        # the mock leaves the change pending while something holds the GPU, as NVML does
+        pynvml.nvmlInit()
+        handle0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+        assert pynvml.nvmlDeviceSetMigMode(handle0, 1) == pynvml.NVML_ERROR_IN_USE
+        assert pynvml.nvmlDeviceGetMigMode(handle0) == [0, 1]
+        pynvml.nvmlShutdown()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_holders_name_nvidia_drm_and_processes(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (dev / name).write_text("", encoding="utf-8")
+    proc = tmp_path / "proc"
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "fd" / "3").symlink_to(dev / "nvidia1")
+    (proc / "4242" / "comm").write_text("python3\n", encoding="utf-8")
+    (proc / "77" / "fd").mkdir(parents=True)
+    (proc / "77" / "fd" / "0").symlink_to(dev / "nvidiactl")
+    assert mig.holders(1, str(proc), str(dev)) == ["pid 4242 (python3)"]
+    assert mig.holders(0, str(proc), str(dev)) == []
+    (proc / "modules").write_text("nvidia_drm 126976 4 - Live 0x0\nnvidia 1 2 - Live 0\n", encoding="utf-8")
+    assert mig.holders(0, str(proc), str(dev)) == ["nvidia_drm kernel module (modeset)"]
+
+
+def test_mode_change_refused_while_nvidia_drm_is_loaded(gpu_host: Callable[[str], Path], tmp_path: Path) -> None:
+    gpu_host("a100x8-nvswitch")
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "modules").write_text("nvidia_drm 126976 4 - Live 0x0\n", encoding="utf-8")
+    with pytest.raises(mig.MigError, match=r"GPU 0 \(GPU-[0-9a-f-]+\): cannot change MIG mode while the GPU is "
+                       r"held by nvidia_drm kernel module \(modeset\)"):
+        mig.run(pynvml, ALL_1G, apply=True, proc_root=str(proc))
+
+
+def test_boot_script_runs_standalone_and_recreates_after_a_reboot(
+    gpu_host: Callable[[str], Path], library: Path, tmp_path: Path
+) -> None:
+    gpu_host("a100x8-nvswitch")
+    config = tmp_path / "layout.json"
+    config.write_text('{"layout": "x", "entries": [{"devices": [0, 3], "mig_devices": {"7g.80gb": 1}}]}',
+                      encoding="utf-8")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(library.parent))
+    script = [sys.executable, str(ROOT / "roles/mig/module_utils/gpuprov_mig.py"), "--config", str(config)]
+
+    def boot_run(*extra: str, boot: str = "boot-1") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*script, *extra], env=dict(env, GPUPROV_MOCK_NVML_BOOT_ID=boot), capture_output=True,
+                              text=True, check=False)
+
+    first = boot_run()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("GPU 0 GPU-00000000-0000-4000-8000-0000000a1000: MIG mode off; set MIG mode")
+    assert boot_run("--check").stdout.endswith("GPU 3 GPU-00000000-0000-4000-8000-0000000a1003: ok\n")
+    rebooted = boot_run(boot="boot-2")  # one process plans and applies right after the reboot is detected
+    assert rebooted.returncode == 0, rebooted.stderr
+    assert rebooted.stdout.splitlines() == [
+        f"GPU {i} GPU-00000000-0000-4000-8000-0000000a100{i}: MIG on but no instances; create instances "
+        "{'7g.80gb': 1}" for i in (0, 3)
+    ]
+    assert boot_run("--check", boot="boot-2").stdout.count(": ok\n") == 2
+
+
+def test_balanced_layout_fits(gpu_host: Callable[[str], Path]) -> None:
+    # mig-parted's "all-balanced" for the A100-40GB: 2x 1g.5gb + 2g.10gb + 3g.20gb fill the GPU exactly
+    gpu_host("a100x8-40gb")
+    layout = [{"devices": [0], "mig_devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}}]
+    assert _instances(mig.run(pynvml, layout, apply=True)) == [{"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}]
+
+
+@pytest.mark.lab
+def test_real_nvidia_smi_lists_the_applied_layout(
+    gpu_host: Callable[[str], Path], library: Path, tmp_path: Path
+) -> None:
+    """Debian's nvidia-smi 535 reads the same GPU state (what `nvidia-smi mig -lgi` shows an operator)."""
+    from gpuprov.exceptions import EnvironmentMissing
+    from gpuprov.mocknvml.smi import fetch_nvidia_smi
+
+    try:
+        smi = fetch_nvidia_smi()
+    except EnvironmentMissing as exc:
+        pytest.skip(f"real nvidia-smi unavailable: {exc}")
+    gpu_host("a100x8-nvswitch")
+    mig.run(pynvml, [{"devices": [1], "mig_devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}], apply=True,
+            proc_root=str(tmp_path))
+    env = dict(os.environ, LD_LIBRARY_PATH=str(library.parent))
+    listing = subprocess.run([str(smi), "mig", "-lgi"], env=env, capture_output=True, text=True, check=False,
+                             timeout=60)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    rows = sorted(" ".join(line.strip("| ").split()[:3]) for line in listing.stdout.splitlines() if " MIG " in line)
+    assert rows == ["1 MIG 1g.10gb", "1 MIG 1g.10gb", "1 MIG 2g.20gb", "1 MIG 3g.40gb"]
+    fields = "--query-gpu=mig.mode.current,mig.mode.pending"
+    query = subprocess.run([str(smi), "-i", "1", fields, "--format=csv,noheader"], env=env, capture_output=True,
+                           text=True, check=False, timeout=60)
+    assert query.stdout.strip() == "Enabled, Enabled"
