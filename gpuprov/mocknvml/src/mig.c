@@ -41,6 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #include "mock_internal.h"
@@ -229,6 +232,14 @@ static pthread_mutex_t m_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mig_device m_devs[MIG_MAX_DEVICES];
 static unsigned int m_n;
 static char m_state_path[4096];
+/* stat(2) through the system call: glibc >= 2.33 exports stat() as a new symbol version, which
+ * would stop the mock loading on the Ubuntu 20.04 stand-in (glibc 2.31). The kernel's struct stat
+ * for newfstatat is glibc's struct stat on x86_64 and aarch64. */
+static int m_stat(const char *path, struct stat *st)
+{
+    return (int)syscall(SYS_newfstatat, AT_FDCWD, path, st, 0);
+}
+
 static struct stat m_seen; /* the state file as last read or written */
 static int m_seen_valid;
 
@@ -359,7 +370,7 @@ static int write_state(void)
         unlink(tmp);
         return -1;
     }
-    m_seen_valid = stat(m_state_path, &m_seen) == 0;
+    m_seen_valid = m_stat(m_state_path, &m_seen) == 0;
     return 0;
 }
 
@@ -417,7 +428,7 @@ static void read_state(void)
         }
     }
     fclose(f);
-    m_seen_valid = stat(m_state_path, &m_seen) == 0;
+    m_seen_valid = m_stat(m_state_path, &m_seen) == 0;
     if (strcmp(saved_boot, boot) != 0) {
         /* A reboot since the file was written: the GPUs lost every instance and applied the pending mode. */
         mock_trace("MIG state %s is from boot %s, this is %s: instances cleared", m_state_path, saved_boot, boot);
@@ -449,7 +460,7 @@ void mock_mig_unload(void)
 static void sync_state(void)
 {
     struct stat now;
-    int exists = stat(m_state_path, &now) == 0;
+    int exists = m_stat(m_state_path, &now) == 0;
     if (!exists && !m_seen_valid)
         return;
     if (exists && m_seen_valid && now.st_ino == m_seen.st_ino && now.st_size == m_seen.st_size &&
@@ -521,7 +532,7 @@ static int gpu_held(nvmlDevice_t d)
         minor = d->index;
     const char *dev_dir = getenv("GPUPROV_MOCK_NVML_DEV_DIR");
     snprintf(want, sizeof(want), "%s/nvidia%u", dev_dir != NULL && dev_dir[0] ? dev_dir : "/dev", minor);
-    if (stat(want, &node) != 0)
+    if (m_stat(want, &node) != 0)
         return 0;
     DIR *proc = opendir("/proc");
     if (proc == NULL)
@@ -542,7 +553,7 @@ static int gpu_held(nvmlDevice_t d)
             if (fd->d_name[0] == '.')
                 continue;
             snprintf(path, sizeof(path), "/proc/%ld/fd/%s", pid, fd->d_name);
-            held = stat(path, &st) == 0 && st.st_dev == node.st_dev && st.st_ino == node.st_ino;
+            held = m_stat(path, &st) == 0 && st.st_dev == node.st_dev && st.st_ino == node.st_ino;
         }
         closedir(fds);
     }
