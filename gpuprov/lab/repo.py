@@ -5,7 +5,9 @@ site does: it publishes a signed mirror and points the fleet file's ``mirrors.cu
 ``mirrors.cuda_repo_key_fingerprint`` at it, and the nvidia_driver role configures it like any mirror.
 
 * :func:`build` makes, in the lab state dir, one flat repository per lab OS with
-  :mod:`gpuprov.standin` (``nvidia-dkms-<branch>`` with the tiny real DKMS module), plus for the Ubuntu
+  :mod:`gpuprov.standin` (NVIDIA's driver packages of every lab branch - nvidia-driver-<b>[-open|-server],
+  nvidia-dkms-<b> with the tiny real DKMS module, libnvidia-compute, nvidia-utils, nvidia-compute-utils
+  with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers - and the ``cuda`` chain), plus for the Ubuntu
   20.04 stand-in an "archive" repository with ``linux-generic-hwe-20.04`` (what Ubuntu's own archive
   would carry). All are signed with one key per lab, generated once in ``<lab>/standin/gnupg`` (mode
   0700, never committed); its public key is published next to the packages as ``<fpr[-8:]>.pub``,
@@ -39,7 +41,7 @@ PORT = 8471
 ROOT_IN_HOST = "/srv/gpuprov-standin"
 UNIT = "gpuprov-standin-repo.service"
 #: Bump when the repositories' content changes, so ``lab up`` rebuilds them.
-CONTENT_VERSION = "3"
+CONTENT_VERSION = "4"
 
 UNIT_TEXT = f"""\
 # gpuprov lab: serves the stand-in NVIDIA repository on this host's loopback only.
@@ -96,7 +98,7 @@ def build(lab_dir: Path, os_name: str, debian_kernel: str) -> LabRepository:
     root = lab_dir / "standin" / "srv"
     home = lab_dir / "standin" / "gnupg"
     stamp_text = json.dumps({"v": CONTENT_VERSION, "kernel": debian_kernel})
-    wanted = {os_name: lab_cuda_packages()}
+    wanted = {os_name: lab_cuda_packages(os_name)}
     if os_name == "ubuntu2004":
         wanted["ubuntu2004-archive"] = lab_ubuntu_archive_packages(debian_kernel)
     for name, specs in wanted.items():

@@ -1,16 +1,22 @@
-"""The stand-in packages the lab uses: Ubuntu-named kernels and metas, and ``nvidia-dkms-<branch>``.
+"""The stand-in packages the lab uses: Ubuntu-named kernels and metas, and NVIDIA's driver packages.
 
 A stand-in kernel is a placeholder ``/boot/vmlinuz-<k>`` and an empty module tree; its headers package
 links ``/usr/src/linux-headers-<k>`` to ``headers_target`` (real Debian headers installed in the
 container) so DKMS really compiles against it, or ships a placeholder tree when no target is given.
 The ``nvidia-dkms-<branch>`` stand-in carries a hello-world kernel module named ``nvidia`` and a
 postinst that adds it to DKMS and builds it for every installed kernel with headers, as real driver
-packages do (and, like them, exits 0 when a kernel has no headers).
+packages do (and, like them, exits 0 when a kernel has no headers). :func:`driver_packages` builds the
+whole driver set of a branch around it (see the comment above it), :func:`cuda_metas` the ``cuda`` chain.
 """
 
 from __future__ import annotations
 
 from gpuprov.standin.deb import FileSpec, PackageSpec
+
+#: Debian revisions NVIDIA's CUDA repository gives driver packages: ``535.183.01-0ubuntu1`` in the
+#: ubuntu2004/2204/2404 directories, ``535.183.01-1`` in debian12.
+UBUNTU_REVISION = "-0ubuntu1"
+DEBIAN_REVISION = "-1"
 
 MODULE_C = """\
 // gpuprov stand-in for the NVIDIA kernel module: loads nothing, exists to be built by DKMS.
@@ -62,15 +68,20 @@ fi
 """
 
 
-def nvidia_dkms(branch: str, version: str, package_version: str | None = None) -> PackageSpec:
-    """``nvidia-dkms-<branch>`` with a real, tiny DKMS module source under /usr/src/nvidia-<version>."""
+def nvidia_dkms(branch: str, version: str, package_version: str | None = None, name: str | None = None) -> PackageSpec:
+    """``nvidia-dkms-<branch>`` with a real, tiny DKMS module source under /usr/src/nvidia-<version>.
+
+    ``name`` overrides the package name (``nvidia-dkms-<branch>-open``, ``-server``); all of them provide
+    and conflict with ``nvidia-dkms-kernel`` as NVIDIA's do, so two branches or flavours never coexist.
+    """
     src = f"/usr/src/nvidia-{version}"
     fmt = {"version": version, "branch": branch}
     return PackageSpec(
-        name=f"nvidia-dkms-{branch}",
-        version=package_version or f"{version}-0gpuprov1",
+        name=name or f"nvidia-dkms-{branch}",
+        version=package_version or f"{version}{UBUNTU_REVISION}",
         depends=("dkms",),
         provides=("nvidia-dkms-kernel",),
+        conflicts=("nvidia-dkms-kernel",),
         description=f"gpuprov stand-in NVIDIA {branch} DKMS module\nBuilds a hello-world module named nvidia.",
         files={
             f"{src}/dkms.conf": FileSpec(DKMS_CONF.format(**fmt)),
@@ -161,7 +172,184 @@ def ubuntu_kernel(abi: str, flavour: str, meta_suffix: str, meta_version: str,
     ]
 
 
-PRESETS = ("ubuntu-hwe", "nvidia-dkms", "debian-kernel")
+# --- NVIDIA's driver packages (CUDA repository naming) ---------------------------------------------------
+# Shapes copied from NVIDIA's CUDA repository for Ubuntu: nvidia-driver-<b>[-open|-server] depends on its
+# siblings at exactly its own version; siblings of different branches or flavours provide and conflict
+# with one virtual name each (nvidia-driver-binary, nvidia-dkms-kernel, libnvidia-compute, nvidia-utils,
+# nvidia-compute-utils), so two branches never coexist and apt must remove one set to install another;
+# cuda-drivers-<b> depends on nvidia-driver-<b> (>=), cuda-drivers on the newest cuda-drivers-<b>, and
+# the `cuda` meta reaches cuda-drivers through cuda-runtime-X-Y (case B07). nvidia-fabricmanager-<b>
+# has no dependency on the driver, as NVIDIA's has none: nothing but the operator keeps their versions
+# equal, and the daemon refuses to start when they differ (case B11).
+#
+# Lab hosts already carry the mock libnvidia-ml.so.1 and Debian's real nvidia-smi (gpuprov/lab/hardware.py),
+# which nothing from NVIDIA's packages may overwrite, so the stand-ins ship neither: libnvidia-compute-<b>
+# ships STANDIN_DRIVER_VERSION_FILE (the userland version a daemon compares itself with), nvidia-utils-<b>
+# a README. The daemons (nvidia-persistenced, nv-fabricmanager) are shell loops with real systemd units.
+
+#: What the stand-in libnvidia-compute-<branch> installs: the driver userland version, one line.
+STANDIN_DRIVER_VERSION_FILE = "/usr/share/nvidia/gpuprov-standin/driver-version"
+
+PERSISTENCED = """\
+#!/bin/sh
+# gpuprov stand-in for nvidia-persistenced {version}: stays up; keeps no GPU state.
+echo "nvidia-persistenced (gpuprov stand-in) {version} started"
+exec sleep infinity
+"""
+
+PERSISTENCED_UNIT = """\
+[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FABRICMANAGER = """\
+#!/bin/sh
+# gpuprov stand-in for nv-fabricmanager {version}. Like NVIDIA's, it refuses to run against a driver of
+# another version (the real one compares with the loaded module; the stand-in with the installed userland).
+FM_VERSION={version}
+if [ ! -r {driver_file} ]; then
+    echo "fabric manager: NVIDIA GPU driver is not installed" >&2
+    exit 1
+fi
+DRIVER=$(cat {driver_file})
+if [ "$DRIVER" != "$FM_VERSION" ]; then
+    echo "fabric manager NVIDIA GPU driver interface version $FM_VERSION don't match with driver version $DRIVER." \\
+         "Please update with matching NVIDIA driver package." >&2
+    exit 1
+fi
+echo "Successfully configured all the available NVSwitches to route GPU NVLink traffic (gpuprov stand-in $FM_VERSION)"
+# forks like NVIDIA's (Type=forking): systemctl start returns only after the version check passed
+mkdir -p /var/run/nvidia-fabricmanager
+sleep infinity >/dev/null 2>&1 </dev/null &
+echo $! > /var/run/nvidia-fabricmanager/nv-fabricmanager.pid
+"""
+
+FABRICMANAGER_UNIT = """\
+[Unit]
+Description=NVIDIA fabric manager service
+After=network-online.target
+Requires=network-online.target
+
+[Service]
+Type=forking
+PIDFile=/var/run/nvidia-fabricmanager/nv-fabricmanager.pid
+ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg
+LimitCORE=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FABRICMANAGER_CFG = "LOG_LEVEL=4\nFM_STAY_RESIDENT_ON_FAILURES=0\n"
+
+SERVICE_PRERM = """\
+if [ -d /run/systemd/system ]; then systemctl stop {unit} >/dev/null 2>&1 || true; fi
+"""
+
+SERVICE_POSTRM = """\
+if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null 2>&1 || true; fi
+"""
+
+
+def _exact(name: str, package_version: str) -> str:
+    return f"{name} (= {package_version})"
+
+
+def _service(unit: str) -> dict[str, str]:
+    return {"prerm": SERVICE_PRERM.format(unit=unit), "postrm": SERVICE_POSTRM}
+
+
+def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
+                    flavours: tuple[str, ...] = ("", "-open", "-server")) -> list[PackageSpec]:
+    """One driver release of one branch as NVIDIA's CUDA repository ships it.
+
+    ``driver_packages("535", "535.183.01")`` gives, at package version ``535.183.01-0ubuntu1``:
+    nvidia-driver-535, nvidia-driver-535-open and nvidia-driver-535-server; nvidia-dkms-535, -open and
+    -server (the tiny real DKMS module); libnvidia-compute-535 and -server; nvidia-utils-535 and -server;
+    nvidia-compute-utils-535 and -server (nvidia-persistenced and its unit); nvidia-fabricmanager-535
+    (nv-fabricmanager, nvidia-fabricmanager.service); cuda-drivers-535. ``flavours`` selects the
+    nvidia-driver variants ("" proprietary, "-open", "-server").
+    """
+    pv = f"{version}{revision}"
+    specs: list[PackageSpec] = []
+    userland = sorted({"-server" if f == "-server" else "" for f in flavours})
+    for u in userland:
+        lib, utils, cutils = f"libnvidia-compute-{branch}{u}", f"nvidia-utils-{branch}{u}", \
+            f"nvidia-compute-utils-{branch}{u}"
+        specs += [
+            PackageSpec(name=lib, version=pv, architecture="amd64", provides=("libnvidia-compute",),
+                        conflicts=("libnvidia-compute",), replaces=("libnvidia-compute",),
+                        description=f"gpuprov stand-in NVIDIA libcompute package {branch}{u}\n"
+                                    "Installs the driver userland version only (no libnvidia-ml: the lab's mock).",
+                        files={STANDIN_DRIVER_VERSION_FILE: FileSpec(version + "\n")}),
+            PackageSpec(name=utils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
+                        provides=("nvidia-utils",), conflicts=("nvidia-utils",), replaces=("nvidia-utils",),
+                        description=f"gpuprov stand-in NVIDIA driver support binaries {branch}{u}\n"
+                                    "Ships no nvidia-smi: lab hosts carry Debian's real one.",
+                        files={f"/usr/share/doc/{utils}/README.gpuprov": FileSpec(
+                            f"gpuprov stand-in {utils} {pv}; nvidia-smi is not part of the stand-in.\n")}),
+            PackageSpec(name=cutils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
+                        provides=("nvidia-compute-utils",), conflicts=("nvidia-compute-utils",),
+                        replaces=("nvidia-compute-utils",),
+                        description=f"gpuprov stand-in NVIDIA compute utilities {branch}{u}\n"
+                                    "nvidia-persistenced and its systemd unit.",
+                        files={"/usr/bin/nvidia-persistenced": FileSpec(PERSISTENCED.format(version=version), 0o755),
+                               "/lib/systemd/system/nvidia-persistenced.service": FileSpec(PERSISTENCED_UNIT)},
+                        scripts=_service("nvidia-persistenced.service")),
+        ]
+    for flavour in flavours:
+        u = "-server" if flavour == "-server" else ""
+        dkms_name = f"nvidia-dkms-{branch}{flavour}"
+        specs.append(nvidia_dkms(branch, version, pv, dkms_name))
+        specs.append(PackageSpec(
+            name=f"nvidia-driver-{branch}{flavour}", version=pv, architecture="amd64",
+            depends=(_exact(dkms_name, pv), _exact(f"libnvidia-compute-{branch}{u}", pv),
+                     _exact(f"nvidia-utils-{branch}{u}", pv), _exact(f"nvidia-compute-utils-{branch}{u}", pv)),
+            provides=("nvidia-driver-binary",), conflicts=("nvidia-driver-binary",),
+            description=f"gpuprov stand-in NVIDIA driver metapackage {branch}{flavour}",
+        ))
+    fm = f"nvidia-fabricmanager-{branch}"
+    specs.append(PackageSpec(
+        name=fm, version=pv, architecture="amd64", provides=("nvidia-fabricmanager",),
+        conflicts=("nvidia-fabricmanager",), replaces=("nvidia-fabricmanager",),
+        description=f"gpuprov stand-in Fabric Manager for NVSwitch based systems ({branch})",
+        files={"/usr/bin/nv-fabricmanager": FileSpec(
+                   FABRICMANAGER.format(version=version, driver_file=STANDIN_DRIVER_VERSION_FILE), 0o755),
+               "/lib/systemd/system/nvidia-fabricmanager.service": FileSpec(FABRICMANAGER_UNIT),
+               "/usr/share/nvidia/nvswitch/fabricmanager.cfg": FileSpec(FABRICMANAGER_CFG)},
+        scripts=_service("nvidia-fabricmanager.service"),
+    ))
+    specs.append(PackageSpec(name=f"cuda-drivers-{branch}", version=pv, architecture="amd64",
+                             depends=(f"nvidia-driver-{branch} (>= {version})",),
+                             description=f"gpuprov stand-in CUDA driver meta package, branch {branch}"))
+    return specs
+
+
+def cuda_metas(cuda: str, cuda_package_version: str, branch: str, driver_version: str,
+               revision: str = UBUNTU_REVISION) -> list[PackageSpec]:
+    """``cuda`` -> ``cuda-runtime-X-Y`` -> ``cuda-drivers`` -> ``cuda-drivers-<branch>``, as NVIDIA chains them.
+
+    ``cuda_metas("12.8", "12.8.1-1", "570", "570.133.20")``: installing ``cuda`` pulls the newest driver
+    branch, which is how it swaps a separately managed driver (case B07).
+    """
+    xy = cuda.replace(".", "-")
+    runtime = f"cuda-runtime-{xy}"
+    return [
+        meta("cuda", cuda_package_version, (f"{runtime} (>= {cuda_package_version})",)),
+        meta(runtime, cuda_package_version, (f"cuda-drivers (>= {driver_version})",)),
+        meta("cuda-drivers", f"{driver_version}{revision}", (f"cuda-drivers-{branch} (= {driver_version}{revision})",)),
+    ]
+
+
+PRESETS = ("ubuntu-hwe", "nvidia-dkms", "debian-kernel", "nvidia-driver")
 
 #: The stand-in HWE kernel of the Ubuntu 20.04 lab host (what ``ubuntu-hwe`` builds).
 HWE_ABI = "5.15.0-105"
@@ -173,9 +361,14 @@ HWE_META_VERSION = "5.15.0.105.112~20.04.1"
 LAB_BRANCHES = {"535": "535.183.01", "550": "550.127.05", "570": "570.133.20", "580": "580.65.06"}
 
 
-def lab_cuda_packages() -> list[PackageSpec]:
-    """What the lab's stand-in CUDA repository serves: ``nvidia-dkms-<branch>`` (the tiny real module)."""
-    return [nvidia_dkms(branch, version) for branch, version in LAB_BRANCHES.items()]
+def lab_cuda_packages(os_name: str = "ubuntu2004") -> list[PackageSpec]:
+    """What the lab's stand-in CUDA repository for ``os_name`` serves: every :data:`LAB_BRANCHES` release as
+    :func:`driver_packages` (with NVIDIA's revision for the OS: ``-1`` on debian12, ``-0ubuntu1`` on
+    Ubuntu), and ``cuda`` 12.8 whose chain pulls the newest branch."""
+    revision = DEBIAN_REVISION if os_name.startswith("debian") else UBUNTU_REVISION
+    specs = [spec for branch, version in LAB_BRANCHES.items() for spec in driver_packages(branch, version, revision)]
+    newest = max(LAB_BRANCHES, key=int)
+    return specs + cuda_metas("12.8", "12.8.1-1", newest, LAB_BRANCHES[newest], revision)
 
 
 def lab_ubuntu_archive_packages(debian_kernel: str) -> list[PackageSpec]:
@@ -194,13 +387,16 @@ def preset(name: str, headers_target: str | None = None) -> list[PackageSpec]:
 
     ``ubuntu-hwe``: fake 5.15.0-105-generic with linux-generic-hwe-20.04 metas; ``nvidia-dkms``:
     nvidia-dkms-535 (535.183.01); ``debian-kernel``: a newer Debian-named kernel 6.1.0-99-amd64 (image +
-    headers) for the kernel-upgrade test.
+    headers) for the kernel-upgrade test; ``nvidia-driver``: the lab's CUDA-repository driver set
+    (:func:`lab_cuda_packages`).
     """
     if name == "ubuntu-hwe":
         return ubuntu_kernel("5.15.0-105", "generic", "generic-hwe-20.04", "5.15.0.105.112~20.04.1",
                              headers_target)
     if name == "nvidia-dkms":
         return [nvidia_dkms("535", "535.183.01")]
+    if name == "nvidia-driver":
+        return lab_cuda_packages()
     if name == "debian-kernel":
         return [kernel_image("6.1.0-99-amd64", "6.1.999-1"), kernel_headers("6.1.0-99-amd64", "6.1.999-1",
                                                                              headers_target)]

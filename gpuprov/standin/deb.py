@@ -29,13 +29,16 @@ class FileSpec:
 
 @dataclass(frozen=True)
 class PackageSpec:
-    """A binary package: control fields, files (absolute path -> :class:`FileSpec`) and maintainer scripts."""
+    """A binary package: control fields (relationships as apt writes them, e.g. ``"dkms (>= 2.1)"``), files
+    (absolute path -> :class:`FileSpec`) and maintainer scripts."""
 
     name: str
     version: str
     architecture: str = "all"
     depends: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    replaces: tuple[str, ...] = ()
     description: str = "gpuprov test stand-in package"
     files: dict[str, FileSpec] = field(default_factory=dict)
     scripts: dict[str, str] = field(default_factory=dict)
@@ -52,8 +55,10 @@ class PackageSpec:
         ]
         if self.depends:
             lines.append("Depends: " + ", ".join(self.depends))
-        if self.provides:
-            lines.append("Provides: " + ", ".join(self.provides))
+        for label, values in (("Provides", self.provides), ("Conflicts", self.conflicts),
+                              ("Replaces", self.replaces)):
+            if values:
+                lines.append(f"{label}: " + ", ".join(values))
         summary, _, rest = self.description.partition("\n")
         lines.append(f"Description: {summary}")
         lines.extend(" " + (line or ".") for line in rest.splitlines())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.standin.catalogue import kernel_headers, kernel_image, meta, nvidia_dkms
+from gpuprov.standin.catalogue import driver_packages, kernel_headers, kernel_image, meta
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -27,7 +27,7 @@ VERSION = "5.15.0.119.129~20.04.1"
 
 def _specs(real_headers: str, with_running_headers: bool) -> list:  # type: ignore[type-arg]
     specs = [
-        nvidia_dkms("535", "535.183.01"),
+        *driver_packages("535", "535.183.01", flavours=("",)),
         kernel_image(RUNNING, "5.15.0.105.112~20.04.1"),
         kernel_headers(AHEAD, VERSION, real_headers),
         meta("linux-headers-generic-hwe-20.04", VERSION, (f"linux-headers-{AHEAD}",)),

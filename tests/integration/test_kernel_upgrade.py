@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.standin.catalogue import kernel_headers, kernel_image, nvidia_dkms
+from gpuprov.standin.catalogue import driver_packages, kernel_headers, kernel_image
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -27,7 +27,7 @@ BUILD_TASK = "dkms | Build the DKMS modules for each kernel that lacks them"
 def test_new_kernel_gets_its_module(tmp_path: Path, lab_images: dict[str, str]) -> None:
     with dkms_container(lab_images["debian12"], "upgrade") as (container, kernel):
         host = container.name
-        specs = [nvidia_dkms("535", "535.183.01"), kernel_image(NEW, "6.1.999-1"),
+        specs = [*driver_packages("535", "535.183.01", flavours=("",)), kernel_image(NEW, "6.1.999-1"),
                  kernel_headers(NEW, "6.1.999-1", f"/usr/src/linux-headers-{kernel}")]
         repo_vars = install_repository(container, specs, tmp_path / "repo")
         extravars = {"nvidia_driver_running_kernel": kernel, **repo_vars}

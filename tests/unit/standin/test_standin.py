@@ -10,7 +10,17 @@ import pytest
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.standin import FileSpec, PackageSpec, build_deb, build_repository
-from gpuprov.standin.catalogue import DKMS_CONF, nvidia_dkms, preset, ubuntu_kernel
+from gpuprov.standin.catalogue import (
+    DKMS_CONF,
+    FABRICMANAGER,
+    LAB_BRANCHES,
+    cuda_metas,
+    driver_packages,
+    lab_cuda_packages,
+    nvidia_dkms,
+    preset,
+    ubuntu_kernel,
+)
 from gpuprov.standin.deb import stage
 from gpuprov.standin.repo import release_text
 
@@ -59,7 +69,9 @@ def test_stage_writes_files_links_and_scripts(tmp_path: Path) -> None:
 def test_nvidia_dkms_carries_a_real_module_source() -> None:
     spec = nvidia_dkms("535", "535.183.01")
     assert spec.name == "nvidia-dkms-535"
+    assert spec.version == "535.183.01-0ubuntu1"
     assert spec.depends == ("dkms",)
+    assert spec.provides == spec.conflicts == ("nvidia-dkms-kernel",)
     conf = spec.files["/usr/src/nvidia-535.183.01/dkms.conf"].content
     assert conf == DKMS_CONF.format(version="535.183.01")
     for line in ("PACKAGE_NAME=nvidia", "BUILT_MODULE_NAME[0]=nvidia", "AUTOINSTALL=yes"):
@@ -92,10 +104,10 @@ def test_release_lists_hashes(tmp_path: Path) -> None:
 @needs_dpkg
 def test_build_deb_is_a_real_package(tmp_path: Path) -> None:
     deb = build_deb(nvidia_dkms("535", "535.183.01"), tmp_path)
-    assert deb.name == "nvidia-dkms-535_535.183.01-0gpuprov1_all.deb"
-    info = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Depends"], capture_output=True, text=True,
-                          check=True).stdout
-    assert info == "Package: nvidia-dkms-535\nDepends: dkms\n"
+    assert deb.name == "nvidia-dkms-535_535.183.01-0ubuntu1_all.deb"
+    info = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Depends", "Conflicts"], capture_output=True,
+                          text=True, check=True).stdout
+    assert info == "Package: nvidia-dkms-535\nDepends: dkms\nConflicts: nvidia-dkms-kernel\n"
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
     assert "root/root" in listing
     assert "./usr/src/nvidia-535.183.01/dkms.conf" in listing
@@ -117,3 +129,55 @@ def test_repository_is_indexed_and_signed(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     assert verify.returncode == 0, verify.stderr
+
+
+def test_driver_set_follows_nvidia_dependency_shape() -> None:
+    specs = {s.name: s for s in driver_packages("535", "535.183.01", "-1")}
+    pv = "535.183.01-1"
+    assert specs["nvidia-driver-535"].depends == (
+        f"nvidia-dkms-535 (= {pv})", f"libnvidia-compute-535 (= {pv})", f"nvidia-utils-535 (= {pv})",
+        f"nvidia-compute-utils-535 (= {pv})")
+    assert specs["nvidia-driver-535-open"].depends[0] == f"nvidia-dkms-535-open (= {pv})"
+    assert specs["nvidia-driver-535-open"].depends[1] == f"libnvidia-compute-535 (= {pv})"
+    assert specs["nvidia-driver-535-server"].depends[1] == f"libnvidia-compute-535-server (= {pv})"
+    # two branches or flavours never coexist: every member conflicts with the virtual name it provides
+    for name in ("nvidia-driver-535", "nvidia-driver-535-open", "libnvidia-compute-535", "nvidia-utils-535-server",
+                 "nvidia-fabricmanager-535", "nvidia-dkms-535-server"):
+        assert specs[name].provides and specs[name].provides == specs[name].conflicts, name
+    # Fabric Manager does not depend on the driver (nothing but the operator keeps them equal), as NVIDIA's
+    assert specs["nvidia-fabricmanager-535"].depends == ()
+    assert "nvidia-persistenced.service" in "".join(specs["nvidia-compute-utils-535"].files)
+    assert specs["cuda-drivers-535"].depends == ("nvidia-driver-535 (>= 535.183.01)",)
+    assert {s.version for s in specs.values()} == {pv}
+
+
+def test_cuda_meta_chain_reaches_the_newest_driver() -> None:
+    specs = {s.name: s for s in cuda_metas("12.8", "12.8.1-1", "580", "580.65.06")}
+    assert specs["cuda"].depends == ("cuda-runtime-12-8 (>= 12.8.1-1)",)
+    assert specs["cuda-runtime-12-8"].depends == ("cuda-drivers (>= 580.65.06)",)
+    assert specs["cuda-drivers"].depends == ("cuda-drivers-580 (= 580.65.06-0ubuntu1)",)
+
+
+def test_lab_repository_keeps_the_lab_nvidia_smi_and_mock_nvml() -> None:
+    specs = lab_cuda_packages("debian12")
+    names = {s.name for s in specs}
+    for branch in LAB_BRANCHES:
+        assert {f"nvidia-driver-{branch}-open", f"nvidia-fabricmanager-{branch}", f"cuda-drivers-{branch}"} <= names
+    assert {"cuda", "cuda-drivers"} <= names
+    assert all(s.version.endswith("-1") for s in specs if s.name.startswith("nvidia-driver-"))
+    shipped = {path for s in specs for path in s.files}
+    # lab hosts carry Debian's real nvidia-smi and the mock libnvidia-ml (gpuprov/lab/hardware.py)
+    assert not [p for p in shipped if p.endswith("/nvidia-smi") or "libnvidia-ml" in p]
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+def test_fabric_manager_refuses_another_driver_version(tmp_path: Path) -> None:
+    script = tmp_path / "nv-fabricmanager"
+    driver = tmp_path / "driver-version"
+    script.write_text(FABRICMANAGER.format(version="535.183.01", driver_file=driver))
+    missing = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=False)
+    assert missing.returncode == 1 and "driver is not installed" in missing.stderr
+    driver.write_text("535.261.03\n")
+    other = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=False)
+    assert other.returncode == 1
+    assert "version 535.183.01 don't match with driver version 535.261.03" in other.stderr

@@ -1,0 +1,61 @@
+"""Real state after the nvidia_driver role: the driver set at its version and held, the module DKMS built for
+the host's kernel, nvidia-persistenced running, and Fabric Manager running on the NVSwitch host only.
+
+A container shares the host's kernel: the module is built and found by ``modinfo -k``, never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+
+VERSION = "535.183.01"
+SET = ("nvidia-driver-535", "nvidia-dkms-535", "libnvidia-compute-535", "nvidia-utils-535",
+       "nvidia-compute-utils-535")
+
+
+def kernel(host):
+    return json.loads(host.file("/etc/ansible/facts.d/gpuprov.fact").content_string)["booted_kernel"]
+
+
+def nvswitch(host):
+    return "debian12" in host.backend.get_hostname()
+
+
+def test_driver_set_is_installed_at_the_version_and_held(host):
+    held = set(host.check_output("apt-mark showhold").split())
+    for name in SET:
+        package = host.package(name)
+        assert package.is_installed, name
+        assert package.version.startswith(VERSION + "-"), (name, package.version)
+        assert name in held, name
+    assert f"linux-image-{kernel(host)}" in held
+
+
+def test_newer_candidates_are_pinned_out_and_cuda_is_refused(host):
+    policy = host.check_output("apt-cache policy nvidia-driver-535 cuda cuda-drivers-580")
+    assert f"Candidate: {VERSION}-0ubuntu1" in policy
+    assert "cuda:\n  Installed: (none)\n  Candidate: (none)" in policy
+    assert not host.package("cuda").is_installed
+
+
+def test_module_is_built_for_the_kernel(host):
+    k = kernel(host)
+    assert host.check_output(f"modinfo -k {k} -F version nvidia") == VERSION
+    assert f"nvidia/{VERSION}, {k}, x86_64: installed" in host.check_output("dkms status")
+
+
+def test_persistence_daemon_runs(host):
+    service = host.service("nvidia-persistenced")
+    assert service.is_running
+    assert service.is_enabled
+
+
+def test_fabric_manager_only_on_the_nvswitch_host(host):
+    package = host.package("nvidia-fabricmanager-535")
+    if nvswitch(host):
+        assert package.is_installed and package.version == host.package("nvidia-driver-535").version
+        assert "nvidia-fabricmanager-535" in host.check_output("apt-mark showhold").split()
+        assert host.service("nvidia-fabricmanager").is_running
+        assert host.service("nvidia-fabricmanager").is_enabled
+    else:
+        assert not package.is_installed

@@ -1,0 +1,251 @@
+"""Cases B04, B05, B07, B08, B09 and B11 for the nvidia_driver role, in one debian12 lab container.
+
+The container (systemd, dkms, gcc, make, the real headers of its kernel) serves a signed stand-in of
+NVIDIA's CUDA repository on its loopback: the 535 and 550 driver sets at NVIDIA's debian12 versions
+(nvidia-driver-<b>, nvidia-dkms-<b> with a tiny real DKMS module, libnvidia-compute, nvidia-utils,
+nvidia-compute-utils with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers-<b>) and the `cuda`
+-> cuda-runtime-12-8 -> cuda-drivers -> cuda-drivers-550 chain. playbooks/nvidia_driver.yml runs through
+gpuprov.runner; outcomes come from its stats and from the host (dpkg, apt, dkms, systemd).
+
+The tests share the container and run in file order, each starting from the state the previous one left
+(B04 on the fresh host, B05 converges it, B08 last). Loading the module into the shared kernel is out of
+reach; the module DKMS built for the container's kernel is checked instead.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprov.runner import RunResult
+from gpuprov.standin import PackageSpec, build_repository
+from gpuprov.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages
+from tests.integration.kernel_lab import REPO_IN_CONTAINER, dkms_container, exec_ok, install_repository, run
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+V535, V535_NEW, V550 = "535.183.01", "535.261.03", "550.127.05"
+# Upgrades read only the stand-in repository's source: the Debian mirror would bring a newer kernel (a
+# pending kernel the role then rightly builds the module for, which is B02's business, not B09's).
+ONLY_STANDIN = ("-o Dir::Etc::SourceList=/etc/apt/sources.list.d/cuda-gpuprov.sources "
+                "-o Dir::Etc::SourceParts=/nonexistent")
+SET = ("nvidia-driver-{b}", "nvidia-dkms-{b}", "libnvidia-compute-{b}", "nvidia-utils-{b}", "nvidia-compute-utils-{b}")
+
+
+def _specs(newer_535: bool = False) -> list[PackageSpec]:
+    specs = driver_packages("535", V535, DEBIAN_REVISION, flavours=("",))
+    specs += driver_packages("550", V550, DEBIAN_REVISION, flavours=("",))
+    specs += cuda_metas("12.8", "12.8.1-1", "550", V550, DEBIAN_REVISION)
+    if newer_535:
+        specs += driver_packages("535", V535_NEW, DEBIAN_REVISION, flavours=("",))
+    return specs
+
+
+class Host:
+    """The shared container, its kernel, the role's repository variables and a state dir."""
+
+    def __init__(self, container: Any, kernel: str, repo_vars: dict[str, str], state: Path, build: Path) -> None:
+        self.container, self.kernel, self.repo_vars, self.state, self.build = container, kernel, repo_vars, state, build
+
+    @property
+    def name(self) -> str:
+        return str(self.container.name)
+
+    def sh(self, script: str) -> str:
+        return exec_ok(self.container, script)
+
+    def rc(self, script: str) -> tuple[int, str]:
+        code, out = self.container.exec_run(["sh", "-c", script])
+        return int(code), out.decode(errors="replace")
+
+    def play(self, check: bool = False, **extra: Any) -> RunResult:
+        extravars = {"nvidia_driver_running_kernel": self.kernel, **self.repo_vars, **extra}
+        return run(self.container, "nvidia_driver.yml", self.state, extravars, check=check)
+
+    def failures(self, result: RunResult) -> str:
+        return " ".join(str(f.get("msg", f)) for f in result.hosts[self.name].failures)
+
+    def versions(self, pattern: str = "*nvidia*") -> dict[str, str]:
+        out = self.sh(f"dpkg-query -W -f '${{db:Status-Abbrev}} ${{Package}} ${{Version}}\\n' '{pattern}' || true")
+        # installed: "ii" or, when held, "hi"
+        return {p[1]: p[2] for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[0][1:] == "i"}
+
+    def holds(self) -> set[str]:
+        return set(self.sh("apt-mark showhold").split())
+
+    def publish(self, specs: list[PackageSpec]) -> None:
+        """Rebuild the served repository in place (same key, same URL) and refresh apt's lists."""
+        repo = build_repository(specs, self.build, gnupg_home=self.build.parent / "gnupg")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.add(str(repo.path), arcname=Path(REPO_IN_CONTAINER).name)
+        self.container.put_archive(str(Path(REPO_IN_CONTAINER).parent), buffer.getvalue())
+        self.sh("apt-get update -qq")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory, lab_images: dict[str, str]) -> Iterator[Host]:
+    tmp = tmp_path_factory.mktemp("driver")
+    with dkms_container(lab_images["debian12"], "driver") as (container, kernel):
+        repo_vars = install_repository(container, _specs(), tmp / "repo")
+        yield Host(container, kernel, repo_vars, tmp / "state", tmp / "repo")
+
+
+def _ok(h: Host, result: RunResult) -> RunResult:
+    assert result.status == "successful", h.failures(result)
+    return result
+
+
+def test_b04_secure_boot_without_key_refuses_before_installing(host: Host) -> None:
+    result = host.play(nvidia_driver_secure_boot="enabled")
+    assert result.failed_hosts == [host.name]
+    message = host.failures(result)
+    assert "Secure Boot is enabled" in message and "nvidia_driver_mok_signing_key" in message
+    assert "nothing was installed" in message
+    # refused before anything: no package, no repository source, no DKMS module
+    assert host.versions() == {}
+    host.sh("test ! -e /etc/apt/sources.list.d/cuda-gpuprov.sources && test ! -e /etc/apt/keyrings/cuda-gpuprov.gpg")
+    assert "nvidia" not in host.sh("dkms status")
+
+
+def test_b05_repository_pinned_to_its_key_without_duplicates(host: Host) -> None:
+    url = host.repo_vars["nvidia_driver_cuda_repo_url"]
+    # earlier installs left the same URL three more times: a one-line list (from install_repository), a line
+    # in sources.list and a half-migrated deb822 file naming another keyring, so apt-get update fails
+    host.sh(f"echo 'deb {url} ./' >> /etc/apt/sources.list && printf 'Types: deb\\nURIs: {url}\\nSuites: ./\\n"
+            "Signed-By: /usr/share/keyrings/cuda-archive-keyring.gpg\\n' > /etc/apt/sources.list.d/cuda-old.sources")
+    assert "Conflicting values set for option Signed-By" in host.rc("apt-get update")[1]
+
+    wrong = host.play(nvidia_driver_cuda_repo_key_fingerprint="EB693B3035CD5710E231E123A4B469963BF863CC")
+    assert wrong.failed_hosts == [host.name]
+    assert "not the configured EB693B3035CD5710E231E123A4B469963BF863CC" in host.failures(wrong)
+    host.sh("test ! -e /etc/apt/keyrings/cuda-gpuprov.gpg")
+    assert host.versions() == {}
+
+    first = _ok(host, host.play())
+    assert first.hosts[host.name].changed > 0
+    defined = host.sh(f"grep -rlE '{url.rstrip('/')}/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d || true")
+    assert defined.split() == ["/etc/apt/sources.list.d/cuda-gpuprov.sources"]
+    source = host.sh("cat /etc/apt/sources.list.d/cuda-gpuprov.sources")
+    assert "Signed-By: /etc/apt/keyrings/cuda-gpuprov.gpg" in source
+    fprs = host.sh("gpg --show-keys --with-colons /etc/apt/keyrings/cuda-gpuprov.gpg | grep ^fpr: | head -n1")
+    assert host.repo_vars["nvidia_driver_cuda_repo_key_fingerprint"] in fprs
+    assert host.rc("grep -rniE 'trusted=yes|allow-unauthenticated|allow-insecure' /etc/apt")[0] == 1
+    installed = host.versions()
+    assert {name.format(b="535"): installed.get(name.format(b="535")) for name in SET} == {
+        name.format(b="535"): f"{V535}-1" for name in SET}
+    assert {n.format(b="535") for n in SET} <= host.holds()
+    host.sh(f"modinfo -k {host.kernel} -F version nvidia | grep -qx {V535}")
+    host.sh("systemctl is-active nvidia-persistenced && systemctl is-enabled nvidia-persistenced")
+
+    again = _ok(host, host.play())
+    assert again.hosts[host.name].changed == 0
+
+
+def test_b09_apt_upgrade_cannot_split_the_driver_set(host: Host) -> None:
+    before = host.versions()
+    host.publish(_specs(newer_535=True))
+    # the repository really offers a newer build of every package of the set
+    assert f"{V535_NEW}-1" in host.sh("apt-cache madison libnvidia-compute-535")
+    held = host.holds()
+    assert {n.format(b="535") for n in SET} <= held
+    assert any(name.startswith("linux-image-") for name in held), held  # the running kernel's image
+    # without the holds and pins an upgrade would move the whole set past the built module
+    plain = host.rc(f"apt-get -s --ignore-hold {ONLY_STANDIN} -o Dir::Etc::PreferencesParts=/nonexistent "
+                    "-o Dir::Etc::Preferences=/nonexistent dist-upgrade")[1]
+    assert f"Inst libnvidia-compute-535 [{V535}-1] ({V535_NEW}-1" in plain, plain
+    host.sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y -qq {ONLY_STANDIN} upgrade >/dev/null")
+    host.sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y -qq {ONLY_STANDIN} dist-upgrade >/dev/null")
+    code, out = host.rc("DEBIAN_FRONTEND=noninteractive apt-get -y install libnvidia-compute-535")
+    assert code != 0 or "is already the newest version" in out, out
+    assert host.versions() == before
+    # the pin keeps the installed build the candidate, and unattended-upgrades skips the families
+    assert f"Candidate: {V535}-1" in host.sh("apt-cache policy libnvidia-compute-535")
+    assert '"libnvidia-";' in host.sh("cat /etc/apt/apt.conf.d/51gpuprov-nvidia-driver")
+
+    again = _ok(host, host.play())
+    assert again.hosts[host.name].changed == 0
+    assert host.versions() == before
+
+
+def test_b07_cuda_meta_cannot_replace_the_driver(host: Host) -> None:
+    before = host.versions()
+    # without gpuprov's preferences and holds the lab reproduces the swap: cuda replaces the 535 set with 550
+    plain = host.rc("apt-get -s --allow-change-held-packages -o Dir::Etc::PreferencesParts=/nonexistent "
+                    "-o Dir::Etc::Preferences=/nonexistent install cuda")[1]
+    assert "Remv nvidia-driver-535" in plain and "Inst nvidia-driver-550" in plain, plain
+    # with them, not even overriding the holds lets apt install it
+    code, out = host.rc("DEBIAN_FRONTEND=noninteractive apt-get -y --allow-change-held-packages install cuda")
+    assert code != 0, out
+    assert "Candidate: (none)" in host.sh("apt-cache policy cuda")
+    assert "Candidate: (none)" in host.sh("apt-cache policy cuda-drivers-550")
+    assert host.versions() == before
+
+    # installed behind apt's back (dpkg), the role stops with a clear message and changes nothing
+    host.sh(f"dpkg --force-depends -i {REPO_IN_CONTAINER}/cuda_12.8.1-1_amd64.deb >/dev/null 2>&1")
+    result = host.play()
+    assert result.failed_hosts == [host.name]
+    message = host.failures(result)
+    assert "cuda installed" in message and "cuda-toolkit-X-Y" in message and "apt-get purge cuda" in message
+    assert host.versions() == before
+    host.sh("dpkg --purge cuda >/dev/null")
+
+
+def test_b11_fabric_manager_at_the_driver_version(host: Host) -> None:
+    first = _ok(host, host.play(gpuprov_gpus_nvswitch="true"))
+    assert first.hosts[host.name].changed > 0
+    assert host.versions()["nvidia-fabricmanager-535"] == f"{V535}-1"
+    assert "nvidia-fabricmanager-535" in host.holds()
+    host.sh("systemctl is-active nvidia-fabricmanager && systemctl is-enabled nvidia-fabricmanager")
+
+    # another build of Fabric Manager than the driver's: the daemon refuses to start, as NVIDIA's does
+    host.sh("systemctl stop nvidia-fabricmanager; DEBIAN_FRONTEND=noninteractive apt-get -y -qq "
+            f"--allow-change-held-packages install nvidia-fabricmanager-535={V535_NEW}-1 >/dev/null")
+    code, _ = host.rc("systemctl start nvidia-fabricmanager")
+    assert code != 0
+    code, out = host.rc("/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg")
+    assert code == 1 and f"version {V535_NEW} don't match with driver version {V535}" in out, out
+
+    repaired = _ok(host, host.play(gpuprov_gpus_nvswitch="true"))
+    assert repaired.hosts[host.name].changed > 0
+    assert host.versions()["nvidia-fabricmanager-535"] == f"{V535}-1"
+    host.sh("systemctl is-active nvidia-fabricmanager")
+    again = _ok(host, host.play(gpuprov_gpus_nvswitch="true"))
+    assert again.hosts[host.name].changed == 0
+
+
+def test_b08_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
+    before = host.versions()
+    refused = host.play(nvidia_driver_branch="550", gpuprov_gpus_nvswitch="true")
+    assert refused.failed_hosts == [host.name]
+    message = host.failures(refused)
+    assert "nvidia-driver-535" in message and "nvidia_driver_branch_change_ok=true" in message
+    assert host.versions() == before
+
+    check = _ok(host, host.play(check=True, nvidia_driver_branch="550", nvidia_driver_branch_change_ok="true",
+                                gpuprov_gpus_nvswitch="true"))
+    assert check.hosts[host.name].changed > 0
+    assert host.versions() == before
+
+    change = _ok(host, host.play(nvidia_driver_branch="550", nvidia_driver_branch_change_ok="true",
+                                 gpuprov_gpus_nvswitch="true"))
+    assert change.hosts[host.name].changed > 0
+    after = host.versions()
+    assert not [name for name in after if "535" in name], after
+    wanted = [n.format(b="550") for n in SET] + ["nvidia-fabricmanager-550"]
+    assert {n: after.get(n) for n in wanted} == dict.fromkeys(wanted, f"{V550}-1")
+    held = host.holds()
+    assert set(wanted) <= held and not [n for n in held if "535" in n]
+    status = host.sh("dkms status")
+    assert "550.127.05" in status and "535." not in status, status
+    host.sh(f"modinfo -k {host.kernel} -F version nvidia | grep -qx {V550}")
+    host.sh("systemctl is-active nvidia-persistenced nvidia-fabricmanager")
+    assert "Package: nvidia-driver-550" in host.sh("cat /etc/apt/preferences.d/gpuprov-nvidia-driver")
+
+    again = _ok(host, host.play(nvidia_driver_branch="550", gpuprov_gpus_nvswitch="true"))
+    assert again.hosts[host.name].changed == 0
