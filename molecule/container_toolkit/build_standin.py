@@ -1,0 +1,31 @@
+"""Build what prepare.yml copies into the lab containers: the signed stand-in libnvidia-container
+repository (gpuprov/standin/container.py), the mock NVML library and the repository key's fingerprint.
+
+    python build_standin.py OUT    # OUT/repo.tar, OUT/nvml/libnvidia-ml.so.1, OUT/fingerprint
+
+The repository goes over as one tar file (a per-file copy into a container is slow on a loaded machine).
+"""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+from pathlib import Path
+
+from gpuprov.mocknvml.build import build_library
+from gpuprov.standin import build_repository
+from gpuprov.standin.container import packages
+from gpuprov.standin.repo import key_fingerprint
+
+
+def main(out: Path) -> int:
+    repo = build_repository(packages(), out / "repo", gnupg_home=out / "gnupg")
+    with tarfile.open(out / "repo.tar", "w") as tar:
+        tar.add(str(repo.path), arcname="gpuprov-standin-container")
+    build_library(out / "nvml")
+    (out / "fingerprint").write_text(key_fingerprint(repo.key) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
