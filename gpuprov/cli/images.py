@@ -2,7 +2,11 @@
 
 ``submit SRC... --queue URL`` takes files, folders (searched recursively), globs and manifests
 (``.txt``: one path a line; ``.jsonl``: ``{"path": ...}`` a line). ``run`` starts the workers
-(see :mod:`gpuprov.images.worker`) with live progress and writes ``OUT/manifest.jsonl``.
+(see :mod:`gpuprov.images.worker`) with live progress and writes ``OUT/manifest.jsonl``; with
+``--follow`` (how the ``gpuprov-worker@`` systemd units of the image_workers role run it) the workers wait
+for new images instead of exiting, and the manifest is rewritten each time the queue drains. Every
+``--queue`` may come from the environment variable ``GPUPROV_IMAGES_QUEUE`` instead, so that a URL with a
+Redis password stays out of the process list (the role's 0600 environment file sets it).
 Exit codes: 0 done (failed images are listed in ``OUT/failures.jsonl`` and counted, not fatal);
 2 bad usage; 4 no torch, no queue store, or a worker on the wrong GPU.
 """
@@ -11,6 +15,8 @@ from __future__ import annotations
 
 import glob
 import json
+import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +30,7 @@ from gpuprov.exceptions import ConfigError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
 MANIFEST_SUFFIXES = (".txt", ".jsonl")
+QUEUE_ENVVAR = "GPUPROV_IMAGES_QUEUE"
 
 
 def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
@@ -49,6 +56,12 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
             yield from (Path(m).resolve() for m in matches if Path(m).is_file())
 
 
+def _exit_on_sigterm(follow: bool) -> None:
+    """A service (``--follow``): SIGTERM raises SystemExit(143), so ``supervise`` stops the workers on its way out."""
+    if follow:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 @click.group("images")
 def command() -> None:
     """Process large image sets on every GPU of this host through a durable queue."""
@@ -56,7 +69,8 @@ def command() -> None:
 
 @command.command("submit")
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--queue", "url", required=True, help="Queue URL: sqlite:///abs/q.db or redis://host/0.")
+@click.option("--queue", "url", required=True, envvar=QUEUE_ENVVAR, show_envvar=True,
+              help="Queue URL: sqlite:///abs/q.db or redis://host/0.")  # fmt: skip
 def submit_cmd(sources: tuple[str, ...], url: str) -> None:
     """Queue images from files, folders, globs or manifests (idempotent per path)."""
     from gpuprov.images.queue import open_queue
@@ -71,7 +85,7 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 
 
 @command.command("run")
-@click.option("--queue", "url", required=True, help="Queue URL.")
+@click.option("--queue", "url", required=True, envvar=QUEUE_ENVVAR, show_envvar=True, help="Queue URL.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
 @click.option("--task", "task", default=None, help="Built-in task: stats or thumbnail.")
 @click.option("--model", "model", default=None, type=click.Path(dir_okay=False, path_type=Path),
@@ -84,9 +98,13 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @click.option("--threads", default=4, show_default=True, help="CPU decode threads per worker.")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
+@click.option("--follow", is_flag=True,
+              help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
+                   "rewritten each time the queue drains.")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
-            size: int | None, lease_s: float, threads: int, metrics_port: int | None, quiet: bool) -> None:  # fmt: skip
-    """Run one worker per GPU until the queue is drained, then write OUT/manifest.jsonl."""
+            size: int | None, lease_s: float, threads: int, metrics_port: int | None, quiet: bool,
+            follow: bool) -> None:  # fmt: skip
+    """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.metrics import Metrics
     from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, write_manifest
@@ -98,7 +116,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     out.mkdir(parents=True, exist_ok=True)
     slots = resolve_slots(gpus, cpu_workers)
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
-                        None if batch == "auto" else int(batch), size, lease_s, threads)  # fmt: skip
+                        None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow)  # fmt: skip
     metrics = Metrics(metrics_port)
     queue = open_queue(url)
     console = Console(stderr=True, quiet=quiet)
@@ -106,9 +124,16 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     last_poll = [0.0]
 
     done_by_slot: dict[str, int] = {}
+    manifest_done = [-1]
 
     def on_event(st: SlotState, event: dict[str, Any]) -> None:
         done_by_slot[st.slot.name] = st.total_done
+        if follow and event.get("event") == "progress":
+            drained = queue.stats()
+            if drained.open == 0 and drained.done + drained.failed + drained.dead != manifest_done[0]:
+                manifest_done[0] = drained.done + drained.failed + drained.dead
+                rows, fails = write_manifest(queue, out)
+                console.log(f"queue drained: {rows} rows in {out / 'manifest.jsonl'}, {fails} failed")
         metrics.worker(st.slot.name, st.total_done, st.failed, st.batch, time.time())
         if event.get("event") == "start":
             console.log(
@@ -124,6 +149,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             console.log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
 
     states_ref: list[SlotState] = []
+    _exit_on_sigterm(follow)
     try:
         states_ref.extend(supervise(base, slots, on_event))
         rows, fails = write_manifest(queue, out)
@@ -138,7 +164,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
 
 
 @command.command("status")
-@click.option("--queue", "url", required=True, help="Queue URL.")
+@click.option("--queue", "url", required=True, envvar=QUEUE_ENVVAR, show_envvar=True, help="Queue URL.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 def status_cmd(url: str, as_json: bool) -> None:
     """Print the queue's task counts per state and the first failures."""

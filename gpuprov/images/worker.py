@@ -68,6 +68,8 @@ class WorkerConfig:
     lease_s: float = 60.0
     threads: int = 4
     slot: Slot = field(default_factory=lambda: Slot("cpu0"))
+    follow: bool = False  # keep waiting for new tasks when the queue is drained (a service)
+    poll_s: float = 1.0  # how often an idle worker looks for new tasks, seconds
 
 
 def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slot]:
@@ -159,13 +161,19 @@ class LeaseKeeper(threading.Thread):
                 self.queue.extend(self.worker, ids, self.lease_s)
 
 
-def _claims(queue: Queue, name: str, k: Callable[[], int], keeper: LeaseKeeper) -> Iterator[Claimed]:
-    """Claim and read batches until the queue has nothing open."""
+def _claims(
+    queue: Queue, name: str, k: Callable[[], int], keeper: LeaseKeeper, follow: bool = False, poll_s: float = 1.0
+) -> Iterator[Claimed]:
+    """Claim and read batches until the queue has nothing open (with ``follow``: forever, polling every
+    ``poll_s`` seconds while it is drained)."""
     while True:
         tasks = queue.claim(name, k(), keeper.lease_s)
         if not tasks:
             if queue.stats().open == 0:
-                return
+                if not follow:
+                    return
+                time.sleep(poll_s)
+                continue
             time.sleep(min(1.0, keeper.lease_s / 4))  # others hold leases; they finish or expire
             continue
         keeper.hold([t.id for t in tasks])
@@ -213,7 +221,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
     timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0}
     emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": batch})
     try:
-        batches = _prefetch(_claims(queue, name, lambda: backoff.batch, keeper))
+        batches = _prefetch(_claims(queue, name, lambda: backoff.batch, keeper, cfg.follow, cfg.poll_s))
         while True:
             t0 = time.perf_counter()
             claimed = next(batches, None)
@@ -354,6 +362,15 @@ def supervise(
                 st.batch = event.get("batch", st.batch)
                 on_event(st, event)
 
+    try:
+        _run_slots(states, start, base)
+    except BaseException:  # SIGTERM (SystemExit from the CLI's handler), ^C, errors: no orphaned workers
+        _stop(states)
+        raise
+    return states
+
+
+def _run_slots(states: list[SlotState], start: Callable[[SlotState], None], base: WorkerConfig) -> None:
     for st in states:
         start(st)
     while not all(st.finished for st in states):
@@ -374,7 +391,6 @@ def supervise(
                 sweep_temp_files(Path(base.out), st.proc.pid)  # what a kill -9 mid-write left
                 st.restarts += 1
                 start(st)
-    return states
 
 
 def _stop(states: list[SlotState]) -> None:
