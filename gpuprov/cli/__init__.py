@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "doctor",
     "verify": "verify",
     "images": "images",
+    "bundle": "bundle",
 }
 
 
