@@ -37,6 +37,11 @@ DEFAULT_FLEET_FILE = Path("inventory/lab.yml")
 LAB_SETTINGS: dict[str, Any] = {
     "gpus": {"model": "H200", "count": 2, "nvswitch": False},
     "reboot": {"allowed": False},
+    # The lab's stand-in repository carries the driver set only; the container toolkit (NVIDIA's
+    # libnvidia-container repository) and DCGM roles are proven by their Molecule scenarios against
+    # stand-in repositories of their own (molecule/container_toolkit, molecule/monitoring).
+    "container_runtime": "none",
+    "monitoring": {"enabled": False},
 }
 
 HEADER = """\
