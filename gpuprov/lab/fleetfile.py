@@ -70,7 +70,8 @@ def fleet_document(hosts: list[LabHost], key: Path, known_hosts: Path,
     ``mirrors.cuda_repo_key_fingerprint`` is set and each host's ``mirrors.cuda_repo_url`` points at the
     stand-in repository served on its own loopback (:mod:`gpuprov.lab.repo`).
     """
-    settings: dict[str, Any] = {section: dict(values) for section, values in LAB_SETTINGS.items()}
+    settings: dict[str, Any] = {section: dict(values) if isinstance(values, dict) else values
+                                for section, values in LAB_SETTINGS.items()}
     if cuda_repo_key_fingerprint:
         settings["mirrors"] = {"cuda_repo_key_fingerprint": cuda_repo_key_fingerprint}
     return {

@@ -32,6 +32,8 @@ def test_written_file_loads_with_expected_structure(tmp_path: Path) -> None:
     assert doc["settings"] == {
         "gpus": {"model": "H200", "count": 2, "nvswitch": False},
         "reboot": {"allowed": False},
+        "container_runtime": "none",
+        "monitoring": {"enabled": False},
     }
     # each host's gpus come from its hardware profile (the real H200 pair's links end at NVSwitches)
     assert doc["hosts"] == {
