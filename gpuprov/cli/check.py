@@ -17,6 +17,7 @@ from rich.console import Console
 from gpuprov.cli.options import invocation_argv, run_options
 from gpuprov.engine import ApplyOptions, check_output_path, execute
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
+from gpuprov.runner import parse_extravars
 
 
 @click.command("check")
@@ -39,18 +40,19 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
         code = execute(options, console)
         if json_path is not None and summary_path is not None:
             code = _drift_report(fleet, limit, code, json.loads(summary_path.read_text(encoding="utf-8")),
-                                 json_path, console)
+                                 json_path, console, parse_extravars(extravars))
     if code:
         raise click.exceptions.Exit(code)
 
 
 def _drift_report(fleet: Path, limit: str | None, code: int, summary: dict[str, object], json_path: Path,
-                  console: Console) -> int:
-    """Run the drift probe, print its tables, write summary + ``drift`` to ``json_path``; return the exit code."""
+                  console: Console, extravars: dict[str, str]) -> int:
+    """Run the drift probe (with the run's ``-e`` variables, e.g. a local connection), print its tables, write
+    summary + ``drift`` to ``json_path``; return the exit code."""
     from gpuprov import drift
     from gpuprov.recap import write_summary
 
-    report = drift.fleet_drift(fleet, limit)
+    report = drift.fleet_drift(fleet, limit, extravars)
     for host, components in report.hosts.items():
         console.print(drift.drift_table(host, components))
     for host, message in sorted(report.failed.items()):

@@ -27,6 +27,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
 
     def fleet_drift(fleet: Path, limit: str | None = None, extravars: Any = None) -> drift.FleetDrift:
         state["drift_runs"] += 1
+        state["drift_extravars"] = extravars
         result: drift.FleetDrift = state["drift"]
         return result
 
@@ -81,3 +82,10 @@ def test_play_drift_alone_still_exits_1(fakes: dict[str, Any], tmp_path: Path) -
 def test_unwritable_json_exits_2_before_running(fakes: dict[str, Any], tmp_path: Path) -> None:
     assert main(["check", str(tmp_path / "fleet.yml"), "--json", str(tmp_path / "no" / "c.json")]) == 2
     assert "options" not in fakes
+
+
+def test_drift_probe_gets_the_runs_extra_vars(fakes: dict[str, Any], tmp_path: Path) -> None:
+    """A local connection given with -e (the real H200 host) reaches the drift probe too, not only the play."""
+    out = tmp_path / "check.json"
+    assert main(["check", str(tmp_path / "fleet.yml"), "--json", str(out), "-e", "ansible_connection=local"]) == 0
+    assert fakes["drift_extravars"] == {"ansible_connection": "local"}
