@@ -31,6 +31,7 @@ from gpuprov.fleet.types import (
     Url,
     UrlOrEnv,
     User,
+    WorkerGpus,
 )
 
 OsName = Literal["ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12"]
@@ -128,10 +129,11 @@ class Reboot(Strict):
 
 
 class ImageWorkers(Strict):
-    """Image-processing workers: on/off, which GPUs, queue name and batch size (auto: decided at run time)."""
+    """Image-processing workers: on/off, which GPUs (all, cpu or indexes), queue name and batch size (auto:
+    decided at run time)."""
 
     enabled: bool = False
-    gpus: AllOrIndexes = "all"
+    gpus: WorkerGpus = "all"
     queue: Name | None = None
     batch: AutoOrPositive = "auto"
 

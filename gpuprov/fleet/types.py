@@ -215,6 +215,16 @@ def _all_or_indexes(value: object) -> str | list[int]:
     raise fail(f"expected all or a list of GPU indexes, got {value!r}", "write all or a list such as [0, 1]")
 
 
+def _worker_gpus(value: object) -> str | list[int]:
+    if value == "cpu":
+        return "cpu"
+    try:
+        return _all_or_indexes(value)
+    except PydanticCustomError:
+        raise fail(f"expected all, cpu or a list of GPU indexes, got {value!r}",
+                   "write all, cpu (one CPU worker, no GPU) or a list such as [0, 1]") from None
+
+
 def _auto_or_positive(value: object) -> str | int:
     if value == "auto":
         return "auto"
@@ -261,4 +271,5 @@ Name = Annotated[str, PlainValidator(_check_name)]
 FilePath = Annotated[str, PlainValidator(_check_path)]
 User = Annotated[str, PlainValidator(_check_user)]
 AllOrIndexes = Annotated[str | list[int], PlainValidator(_all_or_indexes)]
+WorkerGpus = Annotated[str | list[int], PlainValidator(_worker_gpus)]
 AutoOrPositive = Annotated[str | int, PlainValidator(_auto_or_positive)]
