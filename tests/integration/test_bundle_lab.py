@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from gpuprov.cli.__main__ import main
+from gpuprov.lab.mirrors import read_mirrors
 from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
 from gpuprov.standin.toolkit import build_toolkit_repository, cuda_toolkit, nccl_packages
 from tests.integration.kernel_lab import dkms_container, exec_ok, run
@@ -90,9 +91,10 @@ def test_bundle_installs_driver_cuda_nccl_without_other_repositories(
     with dkms_container(lab_images["debian12"], "bundle") as (container, kernel):
         _isolate(container)
         _copy_bundle(container, out)
-        # nothing but the bundle: fetching from a Debian mirror fails, apt knows no source
-        assert container.exec_run(["python3", "-c", "import urllib.request as u; "
-                                   "u.urlopen('http://deb.debian.org/debian/', timeout=5)"])[0] != 0
+        # nothing but the bundle: fetching from this machine's Debian mirror fails, apt knows no source
+        debian = read_mirrors().debian
+        assert container.exec_run(["python3", "-c", "import sys, urllib.request as u; "
+                                   "u.urlopen(sys.argv[1], timeout=5)", f"{debian}/"])[0] != 0
         mirrors = {"gpuprov_mirrors_cuda_repo_url": f"http://127.0.0.1:{PORT}/debian12/",
                    "gpuprov_mirrors_cuda_repo_key_fingerprint": fingerprint}
         fleet_vars = {"gpuprov_driver_branch": "570", "gpuprov_driver_version": "570.133.20",
