@@ -9,13 +9,16 @@ Public API:
 * :func:`compile_profile` / :func:`load_profile` / :func:`list_profiles` - profiles.
 * :func:`install` - put the library and a profile into a root file system (lab containers).
 * :func:`mock_environment` - the environment variables that make a process use the mock.
+* :func:`bind_pynvml` - point this process's pynvml at a built library (in-process tests).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from gpuprov.mocknvml.build import LIBRARY_NAME, build_library
 from gpuprov.mocknvml.profile import (
@@ -35,6 +38,7 @@ __all__ = [
     "PROFILES_DIR",
     "PROFILE_DIR",
     "Installed",
+    "bind_pynvml",
     "build_library",
     "compile_profile",
     "install",
@@ -98,3 +102,22 @@ def mock_environment(library_dir: Path, profile: str | Path, conf_dir: Path) -> 
     env["GPUPROV_MOCK_NVML_CONF"] = str(conf)
     env.pop("GPUPROV_MOCK_NVML_PROFILE", None)
     return env
+
+
+def bind_pynvml(library: Path) -> ModuleType:
+    """Make this process's pynvml call ``library`` (a built mock) and return the pynvml module.
+
+    pynvml loads ``libnvidia-ml.so.1`` once into ``pynvml.nvmlLib`` and caches every function pointer it
+    resolves in ``pynvml._nvmlGetFunctionPointer_cache`` (nvidia-ml-py 12.x and 13.x). Binding a second copy
+    of the library without clearing that cache leaves ``nvmlInit`` calling the first copy while new calls reach
+    the second, which then answers ``NVML_ERROR_UNINITIALIZED``; both are therefore replaced together.
+    NVML must be shut down (reference count 0) when this is called.
+
+    Raises ``OSError`` when the library cannot be loaded.
+    """
+    import pynvml  # only in-process tests need pynvml bound to a mock
+
+    pynvml.nvmlLib = ctypes.CDLL(str(library))
+    pynvml._nvmlGetFunctionPointer_cache.clear()  # see the docstring
+    module: ModuleType = pynvml
+    return module

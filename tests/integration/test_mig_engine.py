@@ -5,7 +5,6 @@ mig_layout module and gpuprov-mig.service run."""
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import shutil
@@ -19,7 +18,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpuprov.mocknvml import build_library, compile_profile
+from gpuprov.mocknvml import bind_pynvml, build_library, compile_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_1G = [{"devices": "all", "mig_enabled": True, "mig_devices": {"1g.10gb": 7}}]
@@ -42,7 +41,7 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build the mock NVML")
     lib = build_library(tmp_path_factory.mktemp("mig-lib"))
-    pynvml.nvmlLib = ctypes.CDLL(str(lib))
+    bind_pynvml(lib)
     return lib
 
 

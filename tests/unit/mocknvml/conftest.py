@@ -7,7 +7,6 @@ profile through ``GPUPROV_MOCK_NVML_CONF`` and shuts NVML down afterwards.
 
 from __future__ import annotations
 
-import ctypes
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from types import ModuleType
 import pynvml
 import pytest
 
-from gpuprov.mocknvml import build_library, compile_profile
+from gpuprov.mocknvml import bind_pynvml, build_library, compile_profile
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +28,7 @@ def mock_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def _bound_pynvml(mock_library: Path) -> ModuleType:
-    pynvml.nvmlLib = ctypes.CDLL(str(mock_library))
-    module: ModuleType = pynvml
-    return module
+    return bind_pynvml(mock_library)
 
 
 @pytest.fixture
