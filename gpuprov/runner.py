@@ -292,6 +292,17 @@ def _scrub_command_file(artifact_dir: Path) -> None:
     path.write_text(json.dumps(data), encoding="utf-8")
 
 
+def _scrub_when_running(status: dict[str, Any], runner_config: Any) -> None:
+    """ansible-runner status handler: scrub the ``command`` record as soon as ansible-playbook runs.
+
+    ansible-runner writes that file (environment included) just before it reports ``running``; scrubbing
+    here, and again when the run ends, keeps a secret out of the run record even when gpuprov is killed
+    (SIGKILL) during the run, not only when it returns.
+    """
+    if status.get("status") == "running":
+        _scrub_command_file(Path(runner_config.artifact_dir))
+
+
 def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> RunResult:
     """Run ``request.playbook`` through ansible-runner and return the accounted result.
 
@@ -324,14 +335,15 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             forks=request.forks,
             verbosity=request.verbosity or None,
             event_handler=collector,
+            status_handler=_scrub_when_running,
             cancel_callback=stop.requested,
             suppress_env_files=True,
             quiet=True,
         )
     finally:
         stop.restore()
+        _scrub_command_file(request.run_dir / "artifacts" / ident)
     finished = dt.datetime.now(dt.timezone.utc)
-    _scrub_command_file(Path(runner.config.artifact_dir))
     if runner.status == "canceled":
         code = 143 if stop.signal == signal.SIGTERM else 130
         raise Interrupted(f"interrupted by {signal.Signals(stop.signal or signal.SIGINT).name}: ansible-playbook "

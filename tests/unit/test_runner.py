@@ -60,6 +60,27 @@ def test_counts_come_from_stats_and_events(tmp_path: Path, monkeypatch: pytest.M
     assert not (request.run_dir / "env" / "envvars").exists()
 
 
+def test_command_record_is_scrubbed_while_the_play_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill during the run must not leave the environment (secrets) in ``artifacts/<id>/command``: the
+    play itself reads the record and finds only variable names there."""
+    secret = "not-in-the-record-" + os.urandom(4).hex()
+    monkeypatch.setenv("GPUPROV_TEST_SECRET", secret)
+    request = _request(tmp_path, {"good": _host(tmp_path, "good")})
+    record = request.run_dir / "artifacts" / request.run_dir.name / "command"
+    play = [{"name": "Read the record", "hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Read it", "ansible.builtin.slurp": {"src": str(record)}, "register": "record"},
+        {"name": "Only names", "ansible.builtin.assert": {
+            "that": ["(record.content | b64decode | from_json)['env'] is not mapping",
+                     "'GPUPROV_TEST_SECRET' in (record.content | b64decode | from_json)['env']"]}},
+    ]}]
+    request.playbook.write_text(yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
+    result = run_playbook(request)
+    assert result.hosts["good"].failed == 0, result.hosts["good"].failures
+    assert result.hosts["good"].ok == 2
+    leaks = [p for p in request.run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == []
+
+
 def test_second_run_has_no_changes_and_check_mode_reports_drift(tmp_path: Path) -> None:
     hosts = {"good": _host(tmp_path, "good")}
     drift = run_playbook(_request(tmp_path, hosts, check=True))
