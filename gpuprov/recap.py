@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -94,17 +95,31 @@ def findings_table(result: RunResult) -> Table | None:
     return table
 
 
+#: ``-e`` keys whose values :func:`retry_command` does not print.
+_SECRET_KEY = re.compile(r"pass(word|wd)?|secret|token", re.IGNORECASE)
+
+
 def retry_command(argv: list[str], hosts: list[str]) -> str:
     """Return the command line that re-runs ``argv`` on ``hosts`` only.
 
-    Any ``--limit``/``-l`` in ``argv`` is replaced; ``argv`` starts after the program name.
+    Any ``--limit``/``-l`` in ``argv`` is replaced; ``argv`` starts after the program name. An ``-e KEY=VALUE``
+    whose key names a secret (password, passwd, secret, token) is shown as ``KEY=(hidden)``: the recap is
+    printed and often kept in CI logs; give such values as ``{env: NAME}`` in the fleet file instead.
     """
     kept: list[str] = []
     skip = False
+    extra = False
     for arg in argv:
         if skip:
             skip = False
             continue
+        if extra:
+            extra = False
+            key, sep, _value = arg.partition("=")
+            kept.append(f"{key}=(hidden)" if sep and _SECRET_KEY.search(key) else arg)
+            continue
+        if arg in ("-e", "--extra-vars"):
+            extra = True
         if arg in ("--limit", "-l"):
             skip = True
             continue

@@ -52,3 +52,12 @@ def test_findings_reach_the_summary_and_table(tmp_path: Path) -> None:
     assert table is not None and table.row_count == 1
     assert findings_table(RunResult(status="successful", rc=0, run_dir=tmp_path, artifact_dir=tmp_path, hosts={},
                                     started=t0, finished=t0)) is None
+
+
+def test_retry_command_hides_secret_extra_vars() -> None:
+    argv = ["check", "f.yml", "-e", "ansible_become_password=LEAKME", "-e", "verify_expected_gpu_count=8",
+            "--extra-vars", "api_token=T0K", "--limit", "a"]
+    cmd = retry_command(argv, ["b"])
+    assert "LEAKME" not in cmd and "T0K" not in cmd
+    assert "ansible_become_password=(hidden)" in cmd and "api_token=(hidden)" in cmd
+    assert "verify_expected_gpu_count=8" in cmd and cmd.endswith("--limit b")
