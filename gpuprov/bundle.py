@@ -41,6 +41,7 @@ from debian.debian_support import Version, version_compare
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, GpuprovError
 from gpuprov.fleet import Fleet
+from gpuprov.fleet.problem import redact_credentials
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +327,7 @@ def plan(fleet: Fleet, index_reader: Any = fetch_index) -> dict[str, Any]:
     manifest: dict[str, Any] = {"format": 1, "fleet": str(fleet.source), "oses": {}, "missing": []}
     for os_name, entry in sorted(per_os.items()):
         url = entry["url"]
-        log.info("bundle %s: reading %s", os_name, url)
+        log.info("bundle %s: reading %s", os_name, redact_credentials(url))
         result = resolve(index_reader(url), _unique(entry["wants"]))
         packages = [{"name": p["Package"], "version": p["Version"], "filename": p["Filename"],
                      "url": url + p["Filename"].removeprefix("./"), "sha256": p.get("SHA256", ""),

@@ -10,6 +10,7 @@ import click
 
 from gpuprov.cli import cli
 from gpuprov.exceptions import FleetValidationError, GpuprovError
+from gpuprov.fleet.problem import redact_credentials
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                    err=True)
         return exc.exit_code
     except GpuprovError as exc:
-        click.echo(f"gpuprov: error: {exc.message}", err=True)
+        click.echo(f"gpuprov: error: {redact_credentials(exc.message)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)

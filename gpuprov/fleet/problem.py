@@ -29,6 +29,11 @@ def format_path(path: Sequence[object]) -> str:
 _USERINFO = re.compile(r"(://[^/@\s:'\"]*:)[^/@\s'\"]*@")
 
 
+def redact_credentials(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` URL in it replaced by ``***``."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 @dataclass(frozen=True, order=True)
 class Problem:
     """A problem found in a fleet file.
@@ -45,4 +50,4 @@ class Problem:
 
     def __str__(self) -> str:
         text = f"{self.file}:{self.line}: {self.path}: {self.problem} - {self.fix}"
-        return _USERINFO.sub(r"\1***@", text)
+        return redact_credentials(text)

@@ -83,3 +83,15 @@ def test_missing_driver_version_exits_2_naming_the_setting(standin_repo: tuple[P
 def test_unreachable_repository_exits_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bundle", str(write_fleet(tmp_path, "http://127.0.0.1:9/")), "-o", str(tmp_path / "b")]) == 4
     assert "cannot read the repository index: http://127.0.0.1:9/Packages.gz" in capsys.readouterr().err
+
+
+def test_mirror_credentials_never_reach_the_output(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mirror URL with a password ({env: NAME}) that cannot be read: the error names the URL, not the secret."""
+    secret = "MirrorSecret77"
+    monkeypatch.setenv("GPUPROV_TEST_MIRROR", f"http://user:{secret}@127.0.0.1:9/x/")
+    fleet = write_fleet(tmp_path, "unused", mirrors={"cuda_repo_url": {"env": "GPUPROV_TEST_MIRROR"}})
+    assert main(["bundle", str(fleet), "-o", str(tmp_path / "out")]) == 4
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    assert "http://user:***@127.0.0.1:9/x/" in captured.err
