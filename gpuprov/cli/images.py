@@ -87,16 +87,22 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @command.command("run")
 @click.option("--queue", "url", required=True, envvar=QUEUE_ENVVAR, show_envvar=True, help="Queue URL.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
-@click.option("--task", "task", default=None, help="Built-in task: stats or thumbnail.")
+@click.option("--task", "task", default=None, type=click.Choice(["stats", "thumbnail"]),
+              help="Built-in task: stats or thumbnail.")
 @click.option("--model", "model", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="TorchScript (.pt) or ONNX (.onnx) classifier.")  # fmt: skip
 @click.option("--gpus", default="all", show_default=True, help="all, cpu, or indices/UUIDs like 0,1.")
-@click.option("--cpu-workers", default=1, show_default=True, help="Worker processes when running on CPU.")
+@click.option("--cpu-workers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Worker processes when running on CPU.")
 @click.option("--batch", default="auto", show_default=True, help="auto or a number.")
-@click.option("--size", type=int, default=None, help="Working size (model input, thumbnail long side).")
-@click.option("--lease", "lease_s", default=60.0, show_default=True, help="Lease in seconds (renewed while working).")
-@click.option("--threads", default=4, show_default=True, help="CPU decode threads per worker.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--size", type=click.IntRange(min=1), default=None,
+              help="Working size (model input, thumbnail long side).")
+@click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Lease in seconds (renewed while working).")
+@click.option("--threads", default=4, show_default=True, type=click.IntRange(min=1),
+              help="CPU decode threads per worker.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve Prometheus metrics on this port.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
 @click.option("--follow", is_flag=True,
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "

@@ -1,0 +1,28 @@
+"""``gpuprov images run``: bad arguments end with exit 2 and one message before any worker starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprov.cli.__main__ import main
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--task", "nosuch"], "--task"),
+    (["--task", "stats", "--lease", "-1"], "--lease"),
+    (["--task", "stats", "--metrics-port", "99999"], "--metrics-port"),
+    (["--task", "stats", "--cpu-workers", "0"], "--cpu-workers"),
+    (["--task", "stats", "--threads", "0"], "--threads"),
+    (["--task", "stats", "--size", "-5"], "--size"),
+])
+def test_bad_run_arguments_exit_2(args: list[str], named: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    queue = tmp_path / "q.db"
+    code = main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", str(tmp_path / "out"), "--gpus", "cpu",
+                 *args])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    assert not queue.exists()  # nothing was opened or started
