@@ -299,6 +299,16 @@ def _check_hardware(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel)
     elif layout is not None and layout not in s["mig"]["layouts"]:
         ctx.fail(("mig", "layout"), f"MIG layout {layout!r} is not defined in mig.layouts",
                  suggest_fix(layout, sorted(s["mig"]["layouts"]), "a layout defined in mig.layouts"))
+    elif layout is not None:
+        for i, entry in enumerate(s["mig"]["layouts"][layout]):
+            where = ("mig", "layouts", layout, i)
+            devices = entry["devices"]
+            if isinstance(devices, list) and any(index >= count for index in devices):
+                ctx.fail((*where, "devices"), f"GPU index {max(devices)} does not exist on a host with {count} GPUs",
+                         f"use indexes 0 to {count - 1}, or all")
+            if not entry["mig_enabled"] and entry["mig_devices"]:
+                ctx.fail((*where, "mig_devices"), "MIG devices are listed for GPUs with mig_enabled: false",
+                         "set mig_enabled: true, or remove mig_devices")
     workers = s["image_workers"]["gpus"]
     if isinstance(workers, list) and any(index >= count for index in workers):
         ctx.fail(("image_workers", "gpus"), f"GPU index {max(workers)} does not exist on a host with {count} GPUs",
