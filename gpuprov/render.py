@@ -77,6 +77,17 @@ def flatten(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The variable every gpuprov play passes to Ansible's ``environment`` keyword: the fleet's ``proxy`` section as
+#: ``http_proxy``/``https_proxy``/``no_proxy`` (lower case, as apt, curl and Python read them), unset ones left
+#: out. A Jinja expression, so Ansible evaluates it per host with that host's own proxy settings.
+PROXY_ENV_VAR = "gpuprov_proxy_environment"
+PROXY_ENV_EXPR = (
+    "{{ dict(http_proxy=gpuprov_proxy_http | default('', true), https_proxy=gpuprov_proxy_https | default('', true),"
+    " no_proxy=gpuprov_proxy_no_proxy | default([], true) | join(',')) | dict2items | selectattr('value')"
+    " | items2dict }}"
+)
+
+
 def connection_vars(host: Host) -> dict[str, Any]:
     """Ansible connection variables for ``host`` (host-key checking stays on unless the fleet says no)."""
     conn = host.connection
@@ -111,7 +122,7 @@ def inventory_files(fleet: Fleet) -> dict[str, dict[str, Any]]:
         }
     files: dict[str, dict[str, Any]] = {
         "hosts.yml": {"all": {"children": children}},
-        "group_vars/all/gpuprov.yml": all_vars,
+        "group_vars/all/gpuprov.yml": {**all_vars, PROXY_ENV_VAR: PROXY_ENV_EXPR},
     }
     for group, variables in group_vars.items():
         files[f"group_vars/{group}.yml"] = variables

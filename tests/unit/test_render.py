@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from ansible.vars.manager import VariableManager
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.fleet import load_fleet
-from gpuprov.render import connection_vars, env_lookup, flatten, render_inventory
+from gpuprov.render import PROXY_ENV_VAR, connection_vars, env_lookup, flatten, render_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEETS = [ROOT / "inventory" / "example.yml", *sorted((ROOT / "tests" / "data" / "good").glob("*.yml"))]
@@ -28,7 +30,7 @@ def test_ansible_sees_the_effective_settings(path: Path, tmp_path: Path) -> None
     for name, host in fleet.hosts.items():
         ansible_host = manager.get_host(name)
         seen = variables.get_vars(host=ansible_host)
-        ours = {k: v for k, v in seen.items() if k.startswith("gpuprov_")}
+        ours = {k: v for k, v in seen.items() if k.startswith("gpuprov_") and k != PROXY_ENV_VAR}
         assert ours == flatten(host.settings), name
         for key, value in connection_vars(host).items():
             assert seen[key] == value, (name, key)
@@ -90,3 +92,31 @@ def test_ansible_cfg_mirrors_the_run_environment(tmp_path: Path) -> None:
     assert cfg["defaults"]["inject_facts_as_vars"] == "False" == BASE_ENV["ANSIBLE_INJECT_FACT_VARS"]
     assert cfg["defaults"]["host_key_checking"] == "True" == BASE_ENV["ANSIBLE_HOST_KEY_CHECKING"]
     assert cfg["ssh_connection"]["ssh_args"] == BASE_ENV["ANSIBLE_SSH_ARGS"]
+
+
+def test_proxy_reaches_every_play_as_its_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fleet's proxy (literal or {env: NAME}) is what each play's ``environment`` evaluates to, per host; a
+    fleet without a proxy gives an empty environment (no empty http_proxy that could mean "no proxy")."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()  # the env lookup is ansible.builtin's, found through the collection loader
+    monkeypatch.setenv("SITE_PROXY", "http://proxy.example:3128")
+    loader = DataLoader()
+    for path, expected in ((ROOT / "tests" / "data" / "good" / "runfile_airgapped.yml",
+                            {"http_proxy": "http://proxy.example:3128", "https_proxy": "http://proxy.example:3128"}),
+                           # https names an unset variable: left out, like an unset setting
+                           (ROOT / "inventory" / "example.yml",
+                            {"http_proxy": "http://proxy.example.com:3128",
+                             "no_proxy": "localhost,127.0.0.1,.example.com"}),
+                           (ROOT / "tests" / "data" / "good" / "minimal.yml", {})):
+        inventory = render_inventory(load_fleet(path), tmp_path / path.stem)
+        manager = InventoryManager(loader=loader, sources=[str(inventory)])
+        variables = VariableManager(loader=loader, inventory=manager)
+        for host in manager.get_hosts():
+            templar = Templar(loader=loader, variables=variables.get_vars(host=host))
+            expression = trust_as_template("{{ gpuprov_proxy_environment | default({}) }}")
+            assert templar.template(expression) == expected, (path, host)
+    plays = [play for pb in sorted((ROOT / "playbooks").glob("*.yml"))
+             for play in yaml.safe_load(pb.read_text(encoding="utf-8")) if "hosts" in play]
+    assert plays and all(play.get("environment") == "{{ gpuprov_proxy_environment | default({}) }}"
+                         for play in plays)
