@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -140,9 +141,16 @@ def _check_limit(inventory: Path, limit: str | None) -> None:
     from ansible.parsing.dataloader import DataLoader
 
     manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
+    names = ", ".join(sorted(h.name for h in manager.get_hosts()))
     if not manager.get_hosts(pattern=limit):
-        names = ", ".join(sorted(h.name for h in manager.get_hosts()))
         raise ConfigError(f"--limit {limit}: matches no host in the fleet - use a host or group name ({names})")
+    # Ansible skips a misspelt name in a list with a warning; a plain name that matches nothing is an error
+    plain = [p for p in re.split(r"[,:]", limit) if p and not p.startswith(("!", "&", "~", "@")) and
+             not any(c in p for c in "*?[")]
+    unknown = [p for p in plain if not manager.get_hosts(pattern=p)]
+    if unknown:
+        raise ConfigError(f"--limit {limit}: {', '.join(unknown)} matches no host or group in the fleet - "
+                          f"use host or group names ({names})")
 
 
 def execute(options: ApplyOptions, console: Console) -> int:

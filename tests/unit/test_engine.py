@@ -123,3 +123,20 @@ def test_render_never_overwrites_a_users_file(tmp_path: Path) -> None:
     assert mine.read_text() == "my: own\n" and not (out / "hosts.yml").exists()
     with pytest.raises(ConfigError, match="cannot write the inventory"):
         render_inventory(fleet, path / "sub")
+
+
+def test_limit_names_every_unknown_host(tmp_path: Path) -> None:
+    """Ansible only warns about a misspelt name in a --limit list and runs the rest; gpuprov refuses it."""
+    from gpuprov.engine import _check_limit
+    from gpuprov.render import render_inventory
+
+    path = tmp_path / "f.yml"
+    path.write_text(FLEET.replace("  gpu01: {address: 10.0.0.1}\n",
+                                  "  gpu01: {address: 10.0.0.1}\n  gpu02: {address: 10.0.0.2}\n"))
+    inventory = render_inventory(load_fleet(path), tmp_path / "inv")
+    for good in ("gpu01", "gpu01,gpu02", "all:!gpu02", "gpu0*", "gpuprov"):
+        _check_limit(inventory, good)
+    with pytest.raises(ConfigError, match=r"--limit gpu01,gpu0l: gpu0l matches no host or group"):
+        _check_limit(inventory, "gpu01,gpu0l")
+    with pytest.raises(ConfigError, match="matches no host in the fleet"):
+        _check_limit(inventory, "nosuch")
