@@ -115,7 +115,11 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
         return _entry("not required (gpus.nvswitch false)", found, True)
     branch = _none(want.get("driver_branch"))
     name = f"nvidia-fabricmanager-{branch}" if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
-    driver = (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
+    # the version to match is the installed driver package's (what the host runs after its next boot, and what
+    # the role pins Fabric Manager to, case B11); NVML's reading (the loaded driver) only where no package says
+    installed = sorted({str(_upstream(v)) for p, v in packages.items() if re.match(r"^nvidia-driver-\d+", p) and v})
+    driver = (installed[0] if len(installed) == 1 else None) \
+        or (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
     if not found:
         return _entry({"package": name, "version": driver}, found, False, f"{name} is not installed (case B11)")
     off = sorted(p for p, v in found.items() if driver and _upstream(v) != driver)

@@ -104,6 +104,10 @@ def test_fabric_manager_missing_or_mismatched_on_nvswitch(nvml: dict[str, Any]) 
         "nvidia-fabricmanager-580 differ from driver 580.159.04")
     plain = drift.compare(_fact(nvml, installed__packages=without, desired__nvswitch=False))
     assert plain["fabric_manager"]["in_sync"]
+    # the installed driver package sets the version (NVML reads the loaded driver: a reboot may be pending)
+    newer = PACKAGES.replace("580.159.04", "580.95.05")
+    entry = drift.compare(_fact(nvml, installed__packages=newer, desired__driver_version=None))["fabric_manager"]
+    assert entry["in_sync"] and entry["desired"]["version"] == "580.95.05"
 
 
 def test_kernel_without_headers_and_cuda_minor_change(nvml: dict[str, Any]) -> None:
