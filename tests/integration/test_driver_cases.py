@@ -8,13 +8,15 @@ nvidia-compute-utils with nvidia-persistenced, nvidia-fabricmanager, cuda-driver
 gpuprov.runner; outcomes come from its stats and from the host (dpkg, apt, dkms, systemd).
 
 The tests share the container and run in file order, each starting from the state the previous one left
-(B04 on the fresh host, B05 converges it, B08 last). Loading the module into the shared kernel is out of
-reach; the module DKMS built for the container's kernel is checked instead.
+(B04 on the fresh host, B05 converges it, B07 before B09 publishes newer 535 builds, B08 last). Loading the
+module into the shared kernel is out of reach; the module DKMS built for the container's kernel is checked
+instead.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,6 +149,43 @@ def test_b05_repository_pinned_to_its_key_without_duplicates(host: Host) -> None
     assert again.hosts[host.name].changed == 0
 
 
+def test_b07_cuda_meta_cannot_replace_the_driver(host: Host) -> None:
+    before, held = host.versions(), host.holds()
+    assert {n.format(b="535") for n in SET} <= held
+    # without gpuprov's preferences and holds the lab reproduces the swap: cuda replaces the 535 set with 550.
+    # --ignore-hold (APT::Ignore-Hold), not --allow-change-held-packages: the latter only lets apt-get carry out
+    # a plan that changes held packages, while the resolver still refuses to remove them ("pkgProblemResolver::
+    # Resolve generated breaks, this may be caused by held packages"). This runs before B09 offers newer 535
+    # builds: with a newer candidate for the installed libnvidia-compute-535 (and siblings), apt 2.6 answers the
+    # unversioned Conflicts on their virtual names by upgrading them rather than removing them, and gives up
+    # with the same error whatever the holds, so the plan would show apt's limit, not the swap
+    plain = host.rc("apt-get -s --ignore-hold -o Dir::Etc::PreferencesParts=/nonexistent "
+                    "-o Dir::Etc::Preferences=/nonexistent install cuda")[1]
+    for name in SET:
+        assert f"Remv {name.format(b='535')} " in plain and f"Inst {name.format(b='550')} " in plain, plain
+    # the holds alone already stop it; the preferences stop it even with the holds ignored: no candidate at all
+    code, out = host.rc("apt-get -s -o Dir::Etc::PreferencesParts=/nonexistent "
+                        "-o Dir::Etc::Preferences=/nonexistent install cuda")
+    assert code != 0 and "held packages" in out, out
+    code, out = host.rc("DEBIAN_FRONTEND=noninteractive apt-get -y --ignore-hold --allow-change-held-packages "
+                        "install cuda")
+    assert code != 0 and "Package 'cuda' has no installation candidate" in out, out
+    for name in ("cuda", "cuda-runtime-12-8", "cuda-drivers", "cuda-drivers-550"):
+        policy = host.sh(f"apt-cache policy {name}")
+        # the version table shows the pin's priority after each version: -1, never a candidate
+        assert "Candidate: (none)" in policy and re.search(r"^ +\S+ -1$", policy, re.M), policy
+    assert host.versions() == before and host.holds() == held
+
+    # installed behind apt's back (dpkg), the role stops with a clear message and changes nothing
+    host.sh(f"dpkg --force-depends -i {REPO_IN_CONTAINER}/cuda_12.8.1-1_amd64.deb >/dev/null 2>&1")
+    result = host.play()
+    assert result.failed_hosts == [host.name]
+    message = host.failures(result)
+    assert "cuda installed" in message and "cuda-toolkit-X-Y" in message and "apt-get purge cuda" in message
+    assert host.versions() == before
+    host.sh("dpkg --purge cuda >/dev/null")
+
+
 def test_b09_apt_upgrade_cannot_split_the_driver_set(host: Host) -> None:
     before = host.versions()
     host.publish(_specs(newer_535=True))
@@ -173,30 +212,6 @@ def test_b09_apt_upgrade_cannot_split_the_driver_set(host: Host) -> None:
     assert host.versions() == before
 
 
-@pytest.mark.xfail(strict=True, reason="B07: apt setup step fails (impossible situation); not yet diagnosed, issue 5")
-def test_b07_cuda_meta_cannot_replace_the_driver(host: Host) -> None:
-    before = host.versions()
-    # without gpuprov's preferences and holds the lab reproduces the swap: cuda replaces the 535 set with 550
-    plain = host.rc("apt-get -s --allow-change-held-packages -o Dir::Etc::PreferencesParts=/nonexistent "
-                    "-o Dir::Etc::Preferences=/nonexistent install cuda")[1]
-    assert "Remv nvidia-driver-535" in plain and "Inst nvidia-driver-550" in plain, plain
-    # with them, not even overriding the holds lets apt install it
-    code, out = host.rc("DEBIAN_FRONTEND=noninteractive apt-get -y --allow-change-held-packages install cuda")
-    assert code != 0, out
-    assert "Candidate: (none)" in host.sh("apt-cache policy cuda")
-    assert "Candidate: (none)" in host.sh("apt-cache policy cuda-drivers-550")
-    assert host.versions() == before
-
-    # installed behind apt's back (dpkg), the role stops with a clear message and changes nothing
-    host.sh(f"dpkg --force-depends -i {REPO_IN_CONTAINER}/cuda_12.8.1-1_amd64.deb >/dev/null 2>&1")
-    result = host.play()
-    assert result.failed_hosts == [host.name]
-    message = host.failures(result)
-    assert "cuda installed" in message and "cuda-toolkit-X-Y" in message and "apt-get purge cuda" in message
-    assert host.versions() == before
-    host.sh("dpkg --purge cuda >/dev/null")
-
-
 def test_b11_fabric_manager_at_the_driver_version(host: Host) -> None:
     first = _ok(host, host.play(gpuprov_gpus_nvswitch="true"))
     assert first.hosts[host.name].changed > 0
@@ -220,21 +235,21 @@ def test_b11_fabric_manager_at_the_driver_version(host: Host) -> None:
     assert again.hosts[host.name].changed == 0
 
 
-@pytest.mark.xfail(strict=True, reason="B08: fails after B07; not yet diagnosed, issue 5")
 def test_b08_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
     before = host.versions()
-    refused = host.play(nvidia_driver_branch="550", gpuprov_gpus_nvswitch="true")
+    # the branch comes as the fleet file's driver.branch does: rendered to gpuprov_driver_branch (gpuprov/render.py)
+    refused = host.play(gpuprov_driver_branch="550", gpuprov_gpus_nvswitch="true")
     assert refused.failed_hosts == [host.name]
     message = host.failures(refused)
     assert "nvidia-driver-535" in message and "nvidia_driver_branch_change_ok=true" in message
     assert host.versions() == before
 
-    check = _ok(host, host.play(check=True, nvidia_driver_branch="550", nvidia_driver_branch_change_ok="true",
+    check = _ok(host, host.play(check=True, gpuprov_driver_branch="550", nvidia_driver_branch_change_ok="true",
                                 gpuprov_gpus_nvswitch="true"))
     assert check.hosts[host.name].changed > 0
     assert host.versions() == before
 
-    change = _ok(host, host.play(nvidia_driver_branch="550", nvidia_driver_branch_change_ok="true",
+    change = _ok(host, host.play(gpuprov_driver_branch="550", nvidia_driver_branch_change_ok="true",
                                  gpuprov_gpus_nvswitch="true"))
     assert change.hosts[host.name].changed > 0
     after = host.versions()
@@ -248,6 +263,10 @@ def test_b08_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> Non
     host.sh(f"modinfo -k {host.kernel} -F version nvidia | grep -qx {V550}")
     host.sh("systemctl is-active nvidia-persistenced nvidia-fabricmanager")
     assert "Package: nvidia-driver-550" in host.sh("cat /etc/apt/preferences.d/gpuprov-nvidia-driver")
+    for name in wanted[:len(SET)]:
+        policy = host.sh(f"apt-cache policy {name}")
+        assert f"Candidate: {V550}-1" in policy and f"*** {V550}-1 1001" in policy, policy  # installed and pinned
+    assert "535" not in host.sh("cat /etc/apt/preferences.d/gpuprov-nvidia-driver")
 
-    again = _ok(host, host.play(nvidia_driver_branch="550", gpuprov_gpus_nvswitch="true"))
+    again = _ok(host, host.play(gpuprov_driver_branch="550", gpuprov_gpus_nvswitch="true"))
     assert again.hosts[host.name].changed == 0
