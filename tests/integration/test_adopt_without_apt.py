@@ -12,6 +12,17 @@ run through gpuprov.runner over the docker connection:
    bios_check (the real H200 pair's mock NVML and fixture tree) says why it did not read the journal, and
    nouveau, which needs a reboot (a GPU bound to nouveau in a fake sysfs) that is allowed, says why it
    cannot reboot.
+
+The driver and CUDA roles on the same kind of host (the real one's state: its driver is loaded but came
+without packages, CUDA 13.0 is installed as NVIDIA's debs in parts, without the cuda-toolkit-13-0 meta):
+
+3. nothing of CUDA 13.0 installed: cuda fails with "python3-apt is missing: install it ...", naming
+   cuda-toolkit-13-0, and nvidia_driver adopts the loaded 580 open driver (its version line read from a
+   file standing in for /proc/driver/nvidia/version), skipping repository, install, DKMS and services with
+   the reason, and looks for its daemons as processes;
+4. cuda-nvcc-13-0, cuda-cudart-13-0 and its config package installed with dpkg alone (gpuprov.standin
+   specs): applying both roles succeeds (cuda writes its environment files; nothing is installed), and the
+   check-mode run after it reports both roles in sync (changed 0) with the reasons stated.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import yaml
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 from gpuprov.standin import build_deb
 from gpuprov.standin.catalogue import kernel_headers, meta
+from gpuprov.standin.toolkit import BinaryPackage, build_deb_any, cuda_toolkit
 from tests.integration.kernel_lab import exec_ok, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -150,3 +162,62 @@ def test_adopt_three_roles_without_python_apt_or_systemd(bare_host: tuple[Any, s
     # nothing was installed behind the roles' back, and check mode wrote nothing
     exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1")
     exec_ok(container, "test ! -e /etc/modprobe.d/gpuprov-nouveau.conf && test ! -e /var/lib/gpuprov/bios_check.json")
+
+
+# The real H200 host's first line of /proc/driver/nvidia/version (tests/data/real-h200/env.txt).
+PROC_VERSION = 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n'
+
+
+def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[Any, str], tmp_path: Path) -> None:
+    container, _kernel = bare_host
+    host = container.name
+    fixture = tmp_path / "bios.tar"
+    subprocess.run([sys.executable, str(ROOT / "molecule" / "bios_check" / "make_fixture.py"), "h200x2",
+                    str(fixture)], check=True, cwd=ROOT)
+    container.put_archive("/", fixture.read_bytes())
+    exec_ok(container, "ldconfig")
+    _put(container, {"/opt/gpuprov-proc/driver-version": PROC_VERSION.encode()})
+    extravars = {"gpuprov_driver_branch": "580", "gpuprov_driver_flavour": "open", "gpuprov_cuda_version": "13.0",
+                 "__nvidia_driver_proc_version_file": "/opt/gpuprov-proc/driver-version"}
+    playbooks = ["nvidia_driver.yml", "cuda.yml"]
+
+    # 3. CUDA 13.0 is not installed and apt cannot install it: a clear failure in cuda, nothing installed
+    needed = _run(container, tmp_path, playbooks, extravars, check=True)
+    assert needed.failed_hosts == [host]
+    assert needed.hosts[host].roles["nvidia_driver"].changed == 0
+    failures = needed.hosts[host].failures
+    assert [f["role"] for f in failures] == ["cuda"], failures
+    assert failures[0]["msg"].startswith("python3-apt is missing: install it")
+    assert "cuda-toolkit-13-0" in failures[0]["msg"]
+    adopted = _messages(needed, "adopt | Say why the apt tasks are skipped")
+    assert "Adopted the loaded driver 580.159.04 (open kernel module, branch 580)" in adopted
+    services = _messages(needed, "services | Say why the driver services are not managed")
+    assert "the driver was adopted as it is" in services
+    assert "nvidia-persistenced not running" in services
+    assert "nv-fabricmanager not running" in services  # the fixture's GPUs sit on NVSwitches
+    exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1 && ! dpkg -s cuda-nvcc-13-0 >/dev/null 2>&1")
+    exec_ok(container, "test ! -e /etc/apt/sources.list.d/cuda-gpuprov.sources && test ! -e /var/lib/gpuprov/keys")
+
+    # 4. CUDA 13.0 in parts, as on the real host (no cuda-toolkit-13-0 meta), installed with dpkg alone
+    parts = [p for p in cuda_toolkit("13.0") if (p.spec if isinstance(p, BinaryPackage) else p).name
+             != "cuda-toolkit-13-0"]
+    debs = [build_deb_any(p, tmp_path / "cuda-debs") for p in parts]
+    assert len(debs) == 3
+    _put(container, {f"/tmp/cuda-debs/{deb.name}": deb.read_bytes() for deb in debs})
+    exec_ok(container, "dpkg -i /tmp/cuda-debs/*.deb >/dev/null")
+
+    applied = _run(container, tmp_path, playbooks, extravars, check=False)
+    assert applied.status == "successful", applied.hosts[host].failures
+    exec_ok(container, "test -s /etc/profile.d/cuda.sh && readlink -f /usr/local/cuda | grep -qx /usr/local/cuda-13.0")
+
+    result = _run(container, tmp_path, playbooks, extravars, check=True)
+    assert result.status == "successful", result.hosts[host].failures
+    roles = result.hosts[host].roles
+    assert roles["nvidia_driver"].changed == 0
+    assert roles["cuda"].changed == 0
+    skipped = _messages(result, "install | Say why apt is not run for the toolkits")
+    assert "python3-apt is missing" in skipped
+    assert "CUDA 13.0 in parts (cuda-nvcc-13-0" in skipped
+    repo = _messages(result, "Say why the CUDA repository is not configured")
+    assert "python3-apt is missing" in repo
+    exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1 && ! dpkg -s cuda-toolkit-13-0 >/dev/null 2>&1")
