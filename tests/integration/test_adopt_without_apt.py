@@ -163,6 +163,17 @@ def test_adopt_three_roles_without_python_apt_or_systemd(bare_host: tuple[Any, s
     exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1")
     exec_ok(container, "test ! -e /etc/modprobe.d/gpuprov-nouveau.conf && test ! -e /var/lib/gpuprov/bios_check.json")
 
+    # 3. a system without kmod's /etc/modprobe.d (the real H200 host: its kernel is managed outside it) loads no
+    # modules itself: nouveau says so and changes nothing, in check mode and for real
+    exec_ok(container, "mv /etc/modprobe.d /etc/modprobe.d.away")
+    for check in (True, False):
+        bare = _run(container, tmp_path, ["nouveau.yml"], extravars, check=check)
+        assert bare.status == "successful", bare.hosts[host].failures
+        assert bare.hosts[host].changed == 0
+        said = _messages(bare, "Say why nouveau is left alone")
+        assert "/etc/modprobe.d does not exist, so kmod is not installed" in said
+    exec_ok(container, "test ! -e /etc/modprobe.d")
+
 
 # The real H200 host's first line of /proc/driver/nvidia/version (tests/data/real-h200/env.txt).
 PROC_VERSION = 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n'
