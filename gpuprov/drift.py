@@ -69,6 +69,12 @@ def _upstream(version: str | None) -> str | None:
     return version.split(":", 1)[-1].split("-", 1)[0]
 
 
+def _adopting(packages: dict[str, str]) -> bool:
+    """Whether the roles adopt this host as it is: without python3-apt they install nothing and accept a driver
+    loaded from elsewhere and a toolkit in parts (roles/nvidia_driver/tasks/adopt.yml, roles/cuda)."""
+    return "python3-apt" not in packages
+
+
 def _entry(desired: Any, installed: Any, in_sync: bool, note: str | None = None) -> dict[str, Any]:
     return {"desired": desired, "installed": installed, "in_sync": in_sync, "note": note}
 
@@ -96,6 +102,10 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
                  "kernel_module_version": nvml.get("kernel_module_version")}
     desired = {"branch": branch or "auto", "version": version,
                "packages": [f"nvidia-driver-{branch}{suffix}", f"nvidia-dkms-{branch}{suffix}"] if branch else []}
+    if branch and not drivers and _adopting(packages) and nvml_version and nvml_version.split(".")[0] == branch:
+        # adopted as it is (the nvidia_driver role's adopt path): the loaded driver is on the branch, no package
+        return _entry(desired, installed, True, f"adopted: the loaded driver {nvml_version} is on branch {branch} "
+                                                "and was not installed from packages")
     problems = [f"{p} is not installed" for p in desired["packages"] if p not in packages]
     if not branch and not drivers:
         problems.append("no nvidia-driver-<branch> package is installed")
@@ -120,6 +130,11 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
     installed = sorted({str(_upstream(v)) for p, v in packages.items() if re.match(r"^nvidia-driver-\d+", p) and v})
     driver = (installed[0] if len(installed) == 1 else None) \
         or (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
+    if not found and _adopting(packages) and not any(re.match(r"^nvidia-driver-\d+", p) for p in packages) \
+            and nvml.get("available"):
+        return _entry({"package": name, "version": driver}, found, True,
+                      "not managed: the driver was adopted as it is (no driver packages), so Fabric Manager is the "
+                      "platform's too")
     if not found:
         return _entry({"package": name, "version": driver}, found, False, f"{name} is not installed (case B11)")
     off = sorted(p for p, v in found.items() if driver and _upstream(v) != driver)
@@ -135,6 +150,10 @@ def _cuda(want: dict[str, Any], packages: dict[str, str]) -> dict[str, Any]:
     parts = str(version).split(".")
     name = f"cuda-toolkit-{parts[0]}-{parts[1] if len(parts) > 1 else 0}"
     if name not in packages:
+        parts = [name.replace("toolkit", part) for part in ("nvcc", "cudart")]
+        if _adopting(packages) and all(p in packages for p in parts):  # NVIDIA's debs without the meta, adopted
+            return _entry({"package": name, "version": version}, {p: packages[p] for p in parts}, True,
+                          f"installed in parts ({', '.join(parts)}), adopted")
         return _entry({"package": name, "version": version}, found, False, f"{name} is not installed")
     ok = len(parts) < 3 or _upstream(packages[name]) == version or str(_upstream(packages[name])).startswith(version)
     return _entry({"package": name, "version": version}, found, ok, None if ok else f"{name} is {packages[name]}")

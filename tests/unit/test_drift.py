@@ -153,3 +153,26 @@ def test_fleet_drift_lists_drifted_components() -> None:
                                      "b": {"nccl": {"in_sync": True}}})
     assert report.drifted == {"a": ["nccl"]}
     assert report.to_json()["drifted"] == {"a": ["nccl"]}
+
+
+def test_an_adopted_host_is_in_sync(nvml: dict[str, Any]) -> None:
+    """The real H200 host (tests/data/real-h200/site-env.txt): driver 580.159.04 loaded from outside, no driver or
+    Fabric Manager package, CUDA 13.0 as cuda-nvcc/cuda-cudart debs without cuda-toolkit-13-0."""
+    packages = "\n".join(["cuda-nvcc-13-0\t13.0.88-1\tii ", "cuda-cudart-13-0\t13.0.96-1\tii ",
+                          "libnccl2\t2.28.3-1+cuda13.0\thi "])
+    report = drift.compare(_fact(nvml, installed__packages=packages, desired__driver_version=None,
+                                 desired__cuda_version="13.0", desired__cudnn_version=None,
+                                 desired__nccl_version=None, desired__container_runtime="none"))
+    assert {c: e["in_sync"] for c, e in report.items() if not e["in_sync"]} == {}
+    assert report["driver"]["note"].startswith("adopted: the loaded driver 580.159.04 is on branch 580")
+    assert report["cuda"]["note"] == "installed in parts (cuda-nvcc-13-0, cuda-cudart-13-0), adopted"
+    assert report["fabric_manager"]["note"].startswith("not managed: the driver was adopted")
+    # a loaded driver of another branch is drift, not adoption
+    other = drift.compare(_fact(nvml, installed__packages=packages, desired__driver_branch="570",
+                                desired__driver_version=None))
+    assert not other["driver"]["in_sync"]
+    # with python3-apt the roles install the packages, so their absence is drift (a fresh lab host)
+    managed = drift.compare(_fact(nvml, installed__packages=packages + "\npython3-apt\t2.6.0\tii ",
+                                  desired__driver_version=None, desired__cuda_version="13.0"))
+    assert not managed["driver"]["in_sync"] and not managed["cuda"]["in_sync"]
+    assert not managed["fabric_manager"]["in_sync"]
