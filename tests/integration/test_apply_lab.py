@@ -1,7 +1,8 @@
-"""The main job end to end on a two-host lab (Debian 12 and the Ubuntu 20.04 stand-in), reached over SSH
+"""The main job end to end on a two-host lab (Debian 12 with an H200 pair, the Ubuntu 20.04 stand-in with
+eight NVSwitch-connected A100s), reached over SSH
 with host-key checking on: check on fresh hosts reports drift (1), apply converges (0), a second apply
-changes nothing, check is then clean (0), and with one host stopped apply finishes the other and exits 3
-with the retry command."""
+changes nothing, check is then clean (0), a package removed by hand shows in check's drift report and is
+gone after a re-apply, and with one host stopped apply finishes the other and exits 3 with the retry command."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 GPUPROV = str(Path(sys.executable).parent / "gpuprov")
+#: the README's main job: an H200 pair and an NVSwitch A100 system (Fabric Manager at the driver's version)
+PROFILES = "h200x2,a100x8-nvswitch"
 
 
 def gpuprov(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -30,7 +34,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, lab_images: dict[str, str]) ->
     env = dict(os.environ, GPUPROV_STATE_DIR=str(work / "state"), NO_COLOR="1", COLUMNS="200")
     fleet = work / "lab.yml"
     gpuprov("lab", "down", env=env, cwd=work)
-    up = gpuprov("lab", "up", "--hosts", "2", "--fleet-file", str(fleet), env=env, cwd=work)
+    up = gpuprov("lab", "up", "--hosts", "2", "--profile", PROFILES, "--fleet-file", str(fleet), env=env, cwd=work)
     assert up.returncode == 0, up.stdout + up.stderr
     yield fleet, env
     gpuprov("lab", "down", "--purge", env=env, cwd=work)
@@ -64,6 +68,46 @@ def test_main_job(lab: tuple[Path, dict[str, str]]) -> None:
     assert again.returncode == 0, again.stdout + again.stderr
 
 
+def _drift(path: Path) -> dict[str, Any]:
+    drift: dict[str, Any] = json.loads(path.read_text())["drift"]
+    return drift
+
+
+def test_drift_after_a_hand_change_and_none_after_reapply(lab: tuple[Path, dict[str, str]]) -> None:
+    """Issue #7: ``check --json`` names the component a hand change broke, and nothing after a re-apply."""
+    fleet, env = lab
+    cwd = fleet.parent
+    clean = gpuprov("check", str(fleet), "--json", str(cwd / "clean.json"), env=env, cwd=cwd)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    report = _drift(cwd / "clean.json")
+    assert report["drifted"] == {} and report["failed"] == {}, report
+    assert len(report["hosts"]) == 2
+    # both profiles are NVSwitch systems (the real H200 pair's capture and the HGX A100): each runs Fabric Manager
+    # at its driver's version (in sync above)
+    assert all(h["fabric_manager"]["installed"] for h in report["hosts"].values()), report["hosts"]
+
+    status = json.loads(gpuprov("lab", "status", "--json", env=env, cwd=cwd).stdout)
+    victim = status["hosts"][0]
+    driver = report["hosts"][victim["name"]]["driver"]
+    package = next(p for p in driver["installed"]["packages"] if p.startswith("nvidia-driver-"))
+    removed = subprocess.run(["docker", "exec", victim["container"], "dpkg", "--remove", "--force-depends",
+                              "--force-hold", package], capture_output=True, text=True, check=False)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+
+    drifted = gpuprov("check", str(fleet), "--json", str(cwd / "drifted.json"), env=env, cwd=cwd)
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    report = _drift(cwd / "drifted.json")
+    assert report["drifted"] == {victim["name"]: ["driver"]}, report["drifted"]
+    assert f"{package} is not installed" in report["hosts"][victim["name"]]["driver"]["note"]
+
+    repaired = gpuprov("apply", str(fleet), "--json", str(cwd / "repaired.json"), env=env, cwd=cwd)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert _summary(cwd / "repaired.json")[victim["name"]]["changed"] > 0
+    after = gpuprov("check", str(fleet), "--json", str(cwd / "after.json"), env=env, cwd=cwd)
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert _drift(cwd / "after.json")["drifted"] == {}
+
+
 def test_stopped_host_gives_exit_3_and_retry_command(lab: tuple[Path, dict[str, str]]) -> None:
     fleet, env = lab
     cwd = fleet.parent
@@ -79,7 +123,8 @@ def test_stopped_host_gives_exit_3_and_retry_command(lab: tuple[Path, dict[str, 
         assert others and all(h["failed"] == 0 and h["unreachable"] == 0 for h in others)
         assert f"gpuprov apply {fleet} --json {cwd / 'partial.json'} --limit {victim['name']}" in run.stdout
     finally:
-        up = gpuprov("lab", "up", "--hosts", "2", "--fleet-file", str(fleet), env=env, cwd=cwd)
+        up = gpuprov("lab", "up", "--hosts", "2", "--profile", PROFILES, "--fleet-file", str(fleet), env=env,
+                     cwd=cwd)
         assert up.returncode == 0, up.stdout + up.stderr
 
 
