@@ -125,9 +125,10 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
         return _entry("not required (gpus.nvswitch false)", found, True)
     branch = _none(want.get("driver_branch"))
     name = f"nvidia-fabricmanager-{branch}" if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
-    # the version to match is the installed driver package's (what the host runs after its next boot, and what
-    # the role pins Fabric Manager to, case B11); NVML's reading (the loaded driver) only where no package says
-    installed = sorted({str(_upstream(v)) for p, v in packages.items() if re.match(r"^nvidia-driver-\d+", p) and v})
+    # the version to match is the installed driver set's (what the host runs after its next boot, and what the
+    # role pins Fabric Manager to, case B11); NVML's reading (the loaded driver) only where no package says
+    installed = sorted({str(_upstream(v)) for p, v in packages.items()
+                        if re.match(r"^(nvidia-driver|nvidia-dkms|libnvidia-compute)-\d+", p) and v})
     driver = (installed[0] if len(installed) == 1 else None) \
         or (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
     if not found and _adopting(packages) and not any(re.match(r"^nvidia-driver-\d+", p) for p in packages) \

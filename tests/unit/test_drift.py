@@ -108,6 +108,10 @@ def test_fabric_manager_missing_or_mismatched_on_nvswitch(nvml: dict[str, Any]) 
     newer = PACKAGES.replace("580.159.04", "580.95.05")
     entry = drift.compare(_fact(nvml, installed__packages=newer, desired__driver_version=None))["fabric_manager"]
     assert entry["in_sync"] and entry["desired"]["version"] == "580.95.05"
+    # the driver meta removed by hand: the rest of the set (nvidia-dkms) still says which version FM must match
+    partial = newer.replace("nvidia-driver-580-open\t580.95.05-0ubuntu1\thi \n", "")
+    result = drift.compare(_fact(nvml, installed__packages=partial, desired__driver_version=None))
+    assert result["fabric_manager"]["in_sync"] and not result["driver"]["in_sync"]
 
 
 def test_kernel_without_headers_and_cuda_minor_change(nvml: dict[str, Any]) -> None:
