@@ -70,8 +70,8 @@ class HostsFailed(GpuprovError):
 
 
 class Interrupted(GpuprovError):
-    """The run was stopped by SIGINT (exit 130) or SIGTERM (exit 143); ansible-playbook's process group
-    was killed with it."""
+    """The run was stopped by SIGINT (exit 130) or SIGTERM (exit 143); ansible-playbook was stopped and every
+    process it had started (workers, modules, ssh in their own sessions) was ended."""
 
     exit_code = 130
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,34 +136,90 @@ def test_extravars_keep_values_verbatim() -> None:
     assert parse_extravars(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
 
 
-def test_sigint_cancels_the_run_and_kills_ansible(tmp_path: Path) -> None:
-    """Ctrl-C stops ansible-playbook's whole process group (its workers and connections) and exits 130.
+def _process_tree(root: int) -> dict[int, str]:
+    """``{pid: command line}`` of every live descendant of ``root``, read with ``ps`` (not gpuprov's code)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
+    children: dict[int, list[tuple[int, str]]] = {}
+    for line in out.splitlines():
+        pid, ppid, args = [*line.split(None, 2), ""][:3]
+        children.setdefault(int(ppid), []).append((int(pid), args))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, args in children.get(todo.pop(), []):
+            found[pid] = args
+            todo.append(pid)
+    return found
 
-    The module already running on a host may finish there (Ansible's own Ctrl-C behaves the same): with
-    the local connection it runs in a session of its own, so the test ends it itself.
-    """
-    import signal
-    import subprocess
-    import threading
 
-    from gpuprov.exceptions import Interrupted
+_CANCEL_SCRIPT = """
+import logging
+import sys
+from pathlib import Path
+from gpuprov.exceptions import Interrupted
+from gpuprov.runner import RunRequest, run_playbook
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+tmp = Path(sys.argv[1])
+request = RunRequest(inventory=tmp / "inventory.yml", playbook=tmp / "play.yml", roles_path=tmp,
+                     run_dir=Path(sys.argv[2]))
+try:
+    run_playbook(request)
+except Interrupted as exc:
+    sys.exit(exc.exit_code)
+sys.exit(0)
+"""
 
-    marker = f"gpuprov-sleep-{os.urandom(4).hex()}"
-    play = [{"name": "Hang", "hosts": "all", "gather_facts": False,
-             "tasks": [{"name": "Sleep", "ansible.builtin.command": "",
-                        "changed_when": False}]}]
+
+#: A task's process in a session of its own that ignores SIGINT, as ssh does (the ssh connection plugin starts
+#: it with ``start_new_session``): the worker's SIGINT to its process group cannot reach it.
+NEW_SESSION = "setsid sh -c 'trap \"\" INT; sleep 300'"
+
+
+@pytest.mark.parametrize(("signum", "code", "command"), [
+    (signal.SIGINT, 130, "sleep 300"), (signal.SIGTERM, 143, "sleep 300"), (signal.SIGINT, 130, NEW_SESSION)])
+def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code: int, command: str) -> None:
+    """Ctrl-C / SIGTERM to gpuprov during ``sleep 300`` on a local-connection host: gpuprov exits 130 / 143
+    and no process of the run is left - not ansible-playbook, not its workers (which run in sessions of
+    their own, out of reach of ansible-runner's killpg), not the module nor its ``sleep 300``, nor a process
+    in a new session that ignores the SIGINT."""
     request = _request(tmp_path, {"good": _host(tmp_path, "good")})
-    play[0]["tasks"][0]["ansible.builtin.command"] = f"sh -c 'sleep 120; : {marker}'"
+    play = [{"name": "Hang", "hosts": "all", "gather_facts": False,
+             "tasks": [{"name": "Sleep", "ansible.builtin.command": command, "changed_when": False}]}]
     request.playbook.write_text(yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
-    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    script = tmp_path / "cancel.py"
+    script.write_text(_CANCEL_SCRIPT, encoding="utf-8")
+    log = tmp_path / "gpuprov.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(request.run_dir)], stderr=stderr)
+    seen: dict[int, str] = {}
     try:
-        with pytest.raises(Interrupted) as info:
-            run_playbook(request)
+        deadline = time.monotonic() + 90
+        while not any(args == "sleep 300" for args in seen.values()):
+            assert proc.poll() is None, f"the run ended (rc={proc.returncode}) before the task started"
+            assert time.monotonic() < deadline, f"sleep 300 never started; processes: {seen}"
+            time.sleep(0.5)
+            seen.update(_process_tree(proc.pid))
+        seen.update(_process_tree(proc.pid))
+        proc.send_signal(signum)
+        rc = proc.wait(timeout=60)
     finally:
-        timer.cancel()
-    assert info.value.exit_code == 130
-    subprocess.run(["pkill", "-f", marker], check=False)
-    left = subprocess.run(["pgrep", "-f", str(request.run_dir)], capture_output=True, text=True,
-                          check=False).stdout.split()
-    assert left == [], f"ansible processes left running after the interrupt: {left}"
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == code
+    live = _process_tree(0)  # every process: pid 1's parent is 0
+    left = {pid: args for pid, args in seen.items() if pid in live and live[pid] == args}
+    for pid in left:  # do not leak them into the rest of the session, then fail
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert left == {}, f"processes of the run outlived gpuprov: {left}"
+    assert any("ansible-playbook" in args for args in seen.values()), seen
+    # the forwarded SIGINT alone stopped them: ansible-playbook ended its workers, nothing was left to kill
+    text = log.read_text(encoding="utf-8", errors="replace")
+    assert "stopping ansible-playbook" in text, text
+    if command == NEW_SESSION:  # ended by gpuprov after ansible-playbook had gone
+        assert "left over by ansible-playbook" in text and "sleep 300" in text, text
+    else:
+        assert "left over by ansible-playbook" not in text, text
+    # the run record still holds no environment values
+    record = json.loads((request.run_dir / "artifacts" / request.run_dir.name / "command").read_text())
+    assert isinstance(record["env"], list)
