@@ -37,6 +37,12 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
                                                                               "tasks_from": "drift"}}],
 }]
 
+#: The installed NVIDIA driver set, ``<name>-<branch>[-open|-server]``: the meta package, its DKMS kernel module
+#: source and the userland library. Their version is the driver the host runs after its next boot; the driver and
+#: Fabric Manager entries both read the set from here.
+DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
+_DRIVER_PACKAGE = re.compile(rf"^({'|'.join(DRIVER_SET)})-\d+")
+
 _MIG_LINE = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+\d+\s+\d+\s+\d+:\d+\s+\|")
 
 
@@ -69,6 +75,22 @@ def _upstream(version: str | None) -> str | None:
     return version.split(":", 1)[-1].split("-", 1)[0]
 
 
+def _driver_packages(packages: dict[str, str], names: tuple[str, ...] = DRIVER_SET) -> dict[str, str]:
+    """The installed packages of :data:`DRIVER_SET` (or only those named ``names``) -> {package: version}."""
+    out: dict[str, str] = {}
+    for package, version in packages.items():
+        match = _DRIVER_PACKAGE.match(package)
+        if match and match.group(1) in names:
+            out[package] = version
+    return out
+
+
+def _driver_set_version(packages: dict[str, str]) -> str | None:
+    """The upstream version (``580.95.05``) the installed driver set shares, None if none or mixed."""
+    versions = {str(_upstream(v)) for v in _driver_packages(packages).values() if v}
+    return versions.pop() if len(versions) == 1 else None
+
+
 def _adopting(packages: dict[str, str]) -> bool:
     """Whether the roles adopt this host as it is: without python3-apt they install nothing and accept a driver
     loaded from elsewhere and a toolkit in parts (roles/nvidia_driver/tasks/adopt.yml, roles/cuda)."""
@@ -96,8 +118,14 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     branch = None if branch == "auto" else branch
     version = _none(want.get("driver_version"))
     suffix = "-open" if want.get("driver_flavour") == "open" else ""
-    drivers = {p: v for p, v in packages.items() if re.match(r"^nvidia-(driver|dkms)-\d+", p)}
+    drivers = _driver_packages(packages, ("nvidia-driver", "nvidia-dkms"))
     nvml_version = nvml.get("driver_version") if nvml.get("available") else None
+    # the loaded driver: the kernel module's own version, /sys/module/nvidia/version (readable when NVML is not,
+    # e.g. after a userland upgrade NVML fails with NVML_ERROR_LIB_RM_VERSION_MISMATCH). Not NVML's reading: where
+    # no module is loaded (the lab's containers, whose NVML is a mock of a captured host) NVML reports the
+    # captured host's driver, not this host's
+    loaded = _none(nvml.get("kernel_module_version"))
+    package_version = _driver_set_version(packages)
     installed = {"packages": drivers, "nvml_driver_version": nvml_version,
                  "kernel_module_version": nvml.get("kernel_module_version")}
     desired = {"branch": branch or "auto", "version": version,
@@ -115,6 +143,9 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
             problems.append(f"{', '.join(wrong)} not at {version}")
         if nvml_version and nvml_version != version:
             problems.append(f"NVML reports driver {nvml_version}")
+    if package_version and loaded and package_version != loaded:
+        problems.append(f"the installed driver packages are {package_version} but the loaded kernel module is "
+                        f"{loaded}: reboot pending or driver replaced under a loaded module")
     return _entry(desired, installed, not problems, "; ".join(problems) or None)
 
 
@@ -127,11 +158,9 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
     name = f"nvidia-fabricmanager-{branch}" if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
     # the version to match is the installed driver set's (what the host runs after its next boot, and what the
     # role pins Fabric Manager to, case B11); NVML's reading (the loaded driver) only where no package says
-    installed = sorted({str(_upstream(v)) for p, v in packages.items()
-                        if re.match(r"^(nvidia-driver|nvidia-dkms|libnvidia-compute)-\d+", p) and v})
-    driver = (installed[0] if len(installed) == 1 else None) \
+    driver = _driver_set_version(packages) \
         or (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
-    if not found and _adopting(packages) and not any(re.match(r"^nvidia-driver-\d+", p) for p in packages) \
+    if not found and _adopting(packages) and not _driver_packages(packages, ("nvidia-driver",)) \
             and nvml.get("available"):
         return _entry({"package": name, "version": driver}, found, True,
                       "not managed: the driver was adopted as it is (no driver packages), so Fabric Manager is the "

@@ -52,6 +52,9 @@ MIG_LGI = """+---------------------------------------------------+
 @pytest.fixture(scope="module")
 def nvml() -> dict[str, Any]:
     facts: dict[str, Any] = collect_with(FakeNvml())
+    # the collector reads the loaded module's version from this machine's /sys; the capture's host had the
+    # module NVML reports loaded
+    facts["kernel_module_version"] = facts["driver_version"]
     return facts
 
 
@@ -180,3 +183,41 @@ def test_an_adopted_host_is_in_sync(nvml: dict[str, Any]) -> None:
                                   desired__driver_version=None, desired__cuda_version="13.0"))
     assert not managed["driver"]["in_sync"] and not managed["cuda"]["in_sync"]
     assert not managed["fabric_manager"]["in_sync"]
+
+
+def test_driver_packages_differ_from_the_loaded_module(nvml: dict[str, Any]) -> None:
+    """No driver version pinned, branch in sync: packages upgraded (or replaced) under the loaded module is
+    still driver drift - the host runs another driver than it will after its next boot."""
+    upgraded = PACKAGES.replace("580.159.04", "580.95.05")  # driver set and Fabric Manager upgraded together
+    result = drift.compare(_fact(nvml, installed__packages=upgraded, desired__driver_version=None))
+    assert not result["driver"]["in_sync"]
+    assert result["driver"]["note"] == ("the installed driver packages are 580.95.05 but the loaded kernel module "
+                                        "is 580.159.04: reboot pending or driver replaced under a loaded module")
+    # the other components are not blamed for it
+    assert [c for c, e in result.items() if not e["in_sync"]] == ["driver"]
+    # NVML fails after a userland upgrade (RM version mismatch); the module's own version still tells
+    mismatch = copy.deepcopy(nvml)
+    mismatch.update(available=False, error_name="NVML_ERROR_LIB_RM_VERSION_MISMATCH", driver_version=None)
+    broken = drift.compare(_fact(mismatch, installed__packages=upgraded, desired__driver_version=None))
+    assert "loaded kernel module is 580.159.04" in broken["driver"]["note"]
+    # the userland library alone counts as the set (meta and DKMS removed by hand)
+    library = "\n".join(["libnvidia-compute-580\t580.95.05-0ubuntu1\tii ", "python3-apt\t2.6.0\tii "])
+    lib = drift.compare(_fact(nvml, installed__packages=library, desired__driver_branch="auto",
+                              desired__driver_version=None))["driver"]
+    assert "installed driver packages are 580.95.05" in lib["note"]
+    # packages and module agree, no version pinned: in sync; module not loaded (no reading): nothing to compare
+    assert drift.compare(_fact(nvml, desired__driver_version=None))["driver"]["in_sync"]
+    unloaded = copy.deepcopy(mismatch)
+    unloaded.update(kernel_module_version=None, error_name="NVML_ERROR_DRIVER_NOT_LOADED")
+    assert drift.compare(_fact(unloaded, desired__driver_version=None))["driver"]["in_sync"]
+
+
+def test_driver_set_is_one_constant_for_driver_and_fabric_manager(nvml: dict[str, Any]) -> None:
+    """Both entries read the set through drift.DRIVER_SET: the userland library alone still sets the version
+    Fabric Manager must match, and the driver entry compares the same version with the loaded module."""
+    assert drift.DRIVER_SET == ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
+    only_lib = "\n".join(["libnvidia-compute-580-server\t580.95.05-0ubuntu1\tii ",
+                          "nvidia-fabricmanager-580\t580.95.05-1\tii ", "python3-apt\t2.6.0\tii "])
+    result = drift.compare(_fact(nvml, installed__packages=only_lib, desired__driver_version=None))
+    assert result["fabric_manager"]["in_sync"] and result["fabric_manager"]["desired"]["version"] == "580.95.05"
+    assert "installed driver packages are 580.95.05" in result["driver"]["note"]
