@@ -6,6 +6,7 @@
    (NVIDIA's names and version rules, mirrored from the roles' ``vars/main.yml``; see its docstring).
 2. :func:`fetch_index` reads ``Packages.gz`` (or ``Packages``) of the CUDA repository the roles would use:
    ``mirrors.cuda_repo_url`` or NVIDIA's ``https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64/``.
+   ``user:password@`` in that URL is sent as HTTP basic auth, and logged and recorded as ``user:***@``.
 3. :func:`resolve` picks each wanted version and follows ``Pre-Depends``/``Depends`` (not ``Recommends``: the
    roles install with ``install_recommends: false``) inside that repository. A relation the repository cannot
    name at all (``dkms``, ``libc6``, ``gcc``) is left to the distribution mirror an air-gapped site keeps anyway.
@@ -30,6 +31,7 @@ import re
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -148,8 +150,46 @@ def repo_url(settings: dict[str, Any], os_name: str) -> str:
     return (str(url) if url else f"{NVIDIA_CUDA_REPOS}/{os_name}/x86_64").rstrip("/") + "/"
 
 
+#: Credentials of the mirrors this process reads, by URL prefix (the URL without ``user:password@``): sent as
+#: HTTP basic auth to that prefix only (``add_unredirected_header``: not to a host a redirect points at).
+_PASSWORDS = urllib.request.HTTPPasswordMgrWithPriorAuth()
+_OPENER = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(_PASSWORDS))
+#: What a redacted URL carries instead of the password (as :func:`redact_credentials` writes it).
+REDACTED = "***"
+
+
+def _without_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``https://user:pa%40ss@host/p/`` -> (``https://host/p/``, ``user``, ``pa@ss``); names percent-decoded."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None, None
+    hostport = parts.netloc.rpartition("@")[2]
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    user = urllib.parse.unquote(parts.username) if parts.username is not None else None
+    password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+    return plain, user, password
+
+
+def register_credentials(url: str) -> str:
+    """Remember the ``user:password@`` of ``url`` for every later request under it, and return ``url`` with
+    the password replaced by ``***`` (what the manifest stores and messages show). A URL without a password,
+    or with ``***`` in its place, is returned as it is."""
+    plain, user, password = _without_userinfo(url)
+    if user is None or password is None or password == REDACTED:
+        return url
+    _PASSWORDS.add_password(None, plain, user, password, is_authenticated=True)
+    parts = urllib.parse.urlsplit(plain)
+    redacted = urllib.parse.urlunsplit(parts._replace(netloc=f"{urllib.parse.quote(user, safe='')}:{REDACTED}@"
+                                                             f"{parts.netloc}"))
+    log.debug("bundle: basic auth as %s for %s", user, plain)
+    return redacted
+
+
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+    """The body of ``url`` (bytes). Credentials in it (or registered for it by :func:`register_credentials`)
+    go as HTTP basic auth, never in the request line. Raises urllib.error.URLError / OSError."""
+    plain = _without_userinfo(register_credentials(url))[0]
+    with _OPENER.open(plain, timeout=TIMEOUT_S) as response:
         data: bytes = response.read()
     return data
 
@@ -162,7 +202,7 @@ def fetch_index(url: str) -> list[Packages]:
         try:
             text = decode(_get(url + name)).decode("utf-8")
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            errors.append(f"{url}{name}: {exc}")
+            errors.append(redact_credentials(f"{url}{name}: {exc}"))
             continue
         return [p for p in Packages.iter_paragraphs(text.splitlines(keepends=True), use_apt_pkg=False)
                 if p.get("Architecture") in ("amd64", "all")]
@@ -307,6 +347,10 @@ def _already(result: Resolution, providers: dict[str, list[tuple[Packages, str |
 def plan(fleet: Fleet, index_reader: Any = fetch_index) -> dict[str, Any]:
     """The manifest (see docs/bundle.md) for every OS of ``fleet``'s hosts; ``index_reader(url)`` reads an index.
 
+    A credentialed mirror (``https://user:password@host/...``) appears in the manifest as ``user:***@``; the
+    password stays in this process only (:func:`register_credentials`), so :func:`download` and
+    :func:`write_repositories` can use the manifest as it is.
+
     Raises ConfigError for a host without ``os`` or two CUDA repository URLs for one OS.
     """
     per_os: dict[str, dict[str, Any]] = {}
@@ -315,7 +359,7 @@ def plan(fleet: Fleet, index_reader: Any = fetch_index) -> dict[str, Any]:
         os_name = settings.get("os")
         if not os_name:
             raise ConfigError(f"{host.name}: settings.os is not set; the bundle needs it to pick the repository")
-        url = repo_url(settings, os_name)
+        url = register_credentials(repo_url(settings, os_name))  # the manifest never holds the password
         entry = per_os.setdefault(os_name, {"url": url, "wants": [], "elsewhere": [], "hosts": []})
         if entry["url"] != url:
             raise ConfigError(f"{host.name}: mirrors.cuda_repo_url {url} differs from {entry['url']} of another "
@@ -327,7 +371,7 @@ def plan(fleet: Fleet, index_reader: Any = fetch_index) -> dict[str, Any]:
     manifest: dict[str, Any] = {"format": 1, "fleet": str(fleet.source), "oses": {}, "missing": []}
     for os_name, entry in sorted(per_os.items()):
         url = entry["url"]
-        log.info("bundle %s: reading %s", os_name, redact_credentials(url))
+        log.info("bundle %s: reading %s", os_name, url)
         result = resolve(index_reader(url), _unique(entry["wants"]))
         packages = [{"name": p["Package"], "version": p["Version"], "filename": p["Filename"],
                      "url": url + p["Filename"].removeprefix("./"), "sha256": p.get("SHA256", ""),

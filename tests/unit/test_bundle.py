@@ -7,13 +7,19 @@ the fleet asks for from its neighbours.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import http.server
+import json
+import logging
+import os
 import threading
+import urllib.error
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -267,3 +273,85 @@ def role_names(settings: dict[str, Any]) -> dict[str, list[str]]:
         expression = "{{ __monitoring_dcgm_pkg | trim }}={{ __monitoring_dcgm_pkg_version | trim }}"
         out["monitoring"] = [str(role_template("monitoring", given, expression))]
     return out
+
+
+class _BasicAuth(_Quiet):
+    """Serves its directory only to ``mirror`` with :data:`PASSWORD`; records each request's path and headers."""
+
+    expected = ""
+    seen: ClassVar[list[tuple[str, str]]] = []  # one server per test, reset there
+
+    def do_GET(self) -> None:
+        type(self).seen.append((self.path, str(self.headers)))
+        if self.headers.get("Authorization") != f"Basic {self.expected}":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="mirror"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+
+def serve_with_basic_auth(directory: Path, user: str, password: str) -> Iterator[str]:
+    """Like :func:`serve`, but every request needs HTTP basic auth as ``user``/``password``."""
+    _BasicAuth.expected = base64.b64encode(f"{user}:{password}".encode()).decode()
+    _BasicAuth.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_BasicAuth, directory=str(directory)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_credentialed_mirror_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``user:password@`` in a mirror URL goes as basic auth (percent-decoded), never in the request line."""
+    password = "s3cr@t-" + os.urandom(4).hex()  # an '@' in it: percent-encoded in the URL
+    (tmp_path / "tiny.txt").write_bytes(b"tiny\n")
+    caplog.set_level(logging.DEBUG, logger="gpuprov")
+    for url in serve_with_basic_auth(tmp_path, "mirror", password):
+        credentialed = url.replace("://", f"://mirror:{urllib.parse.quote(password, safe='')}@")
+        assert bundle._get(credentialed + "tiny.txt") == b"tiny\n"
+        assert _BasicAuth.seen[0][0] == "/tiny.txt"
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # the server does check
+            bundle._get(url.replace("://", "://mirror:wrong@") + "tiny.txt")
+    assert all(password not in text and urllib.parse.quote(password, safe="") not in text
+               for text in [r.getMessage() for r in caplog.records])
+
+
+def test_credentialed_mirror_bundle_manifest_is_redacted(standin_repo: tuple[Path, str], tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan + download through a mirror that needs basic auth: the packages arrive, and neither the manifest
+    (in memory and on disk), the log nor an error message holds the password."""
+    repo, _ = standin_repo
+    password = "bundle-" + os.urandom(6).hex()
+    caplog.set_level(logging.DEBUG, logger="gpuprov")
+    for url in serve_with_basic_auth(repo, "mirror", password):
+        # the fleet file names credentials only as {env: NAME}
+        monkeypatch.setenv("GPUPROV_TEST_MIRROR", url.replace("://", f"://mirror:{password}@"))
+        fleet = write_fleet(tmp_path, url, cuda={"version": None}, nccl={"version": None}, cudnn={"version": None},
+                            monitoring={"enabled": False}, mirrors={"cuda_repo_url": {"env": "GPUPROV_TEST_MIRROR"}})
+        manifest = bundle.plan(load_fleet(fleet))
+        path = bundle.write_manifest(manifest, tmp_path / "out")
+        bundle.download(manifest, tmp_path / "out")
+        entry = manifest["oses"]["debian12"]
+        redacted = url.replace("://", "://mirror:***@")
+        assert entry["repo_url"] == redacted
+        assert all(p["url"].startswith(redacted) for p in entry["packages"])
+        debs = sorted(p.name for p in (tmp_path / "out" / "debian12").glob("*.deb"))
+        assert debs == sorted(Path(p["filename"]).name for p in entry["packages"]) and debs
+        # an error quotes the URL redacted too
+        manifest["oses"]["debian12"]["packages"][0]["sha256"] = "0" * 64
+        (tmp_path / "out" / "debian12" / Path(entry["packages"][0]["filename"]).name).unlink()
+        with pytest.raises(GpuprovError) as info:
+            bundle.download(manifest, tmp_path / "out")
+        assert "mirror:***@" in info.value.message and password not in info.value.message
+    assert password not in path.read_text(encoding="utf-8")
+    assert json.loads(path.read_text(encoding="utf-8"))["oses"]["debian12"]["repo_url"] == redacted
+    assert all(password not in r.getMessage() for r in caplog.records)
+    assert all(password not in request_line for request_line, _ in _BasicAuth.seen)
+    assert any(f"Authorization: Basic {_BasicAuth.expected}" in headers for _, headers in _BasicAuth.seen)
