@@ -163,7 +163,7 @@ def execute(options: ApplyOptions, console: Console) -> int:
         FleetValidationError: the fleet file is invalid (nothing was run).
         ConfigError: an unknown ``--role``, a ``--limit`` matching no host, a bad ``-e``.
     """
-    fleet = load_fleet(options.fleet)
+    fleet = load_fleet(options.fleet, check_files=True)
     extravars = parse_extravars(options.extravars)
     if options.forks < 1:
         raise ConfigError(f"--forks {options.forks}: must be at least 1")

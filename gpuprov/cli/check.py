@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from gpuprov.cli.options import invocation_argv, run_options
+from gpuprov.cli.options import invocation_argv, run_extravars, run_options
 from gpuprov.engine import ApplyOptions, check_output_path, execute
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
 from gpuprov.runner import parse_extravars
@@ -23,7 +23,8 @@ from gpuprov.runner import parse_extravars
 @click.command("check")
 @run_options
 def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: str | None, limit: str | None,
-            extravars: tuple[str, ...], forks: int, json_path: Path | None, verbosity: int) -> None:
+            extravars: tuple[str, ...], forks: int, json_path: Path | None, verbosity: int,
+            allow_branch_change: bool) -> None:
     """Report, without changing anything, what `gpuprov apply FLEET` would change; with --json, also the
     drift report (desired vs installed per host and component).
 
@@ -35,8 +36,8 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
     with tempfile.TemporaryDirectory(prefix="gpuprov-check-") as tmp:
         summary_path = Path(tmp) / "summary.json" if json_path is not None else None
         options = ApplyOptions(fleet=fleet, roles=list(roles), tags=tags, skip_tags=skip_tags, limit=limit,
-                               check=True, diff=True, extravars=list(extravars), forks=forks,
-                               verbosity=verbosity, json_path=summary_path, argv=invocation_argv())
+                               check=True, diff=True, extravars=run_extravars(extravars, allow_branch_change),
+                               forks=forks, verbosity=verbosity, json_path=summary_path, argv=invocation_argv())
         code = execute(options, console)
         if json_path is not None and summary_path is not None:
             code = _drift_report(fleet, limit, code, json.loads(summary_path.read_text(encoding="utf-8")),

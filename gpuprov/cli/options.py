@@ -9,7 +9,13 @@ from typing import Any, TypeVar
 
 import click
 
+from gpuprov.exceptions import ConfigError
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The nvidia_driver role's confirmation of a branch or flavour change (case B08); the fleet file's
+#: ``driver.allow_branch_change`` is its default, ``--allow-branch-change`` sets it for one run.
+BRANCH_CHANGE_VAR = "nvidia_driver_branch_change_ok"
 
 
 def run_options(func: F) -> F:
@@ -27,10 +33,31 @@ def run_options(func: F) -> F:
         click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
                      help="Write the per-host summary as JSON to this path."),
         click.option("-v", "--verbose", "verbosity", count=True, help="More ansible output in the run record."),
+        click.option("--allow-branch-change", is_flag=True,
+                     help="Confirm, for this run, replacing an installed driver branch or flavour with the fleet "
+                          "file's (unhold, purge, install, hold), as driver.allow_branch_change does in the fleet "
+                          "file. Changes nothing by itself; with --check it shows the plan."),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
     return func
+
+
+def run_extravars(extravars: tuple[str, ...], allow_branch_change: bool) -> list[str]:
+    """The ``-e KEY=VALUE`` pairs of a run: ``extravars`` as given plus ``nvidia_driver_branch_change_ok=true``
+    with ``--allow-branch-change``.
+
+    Raises:
+        ConfigError: ``--allow-branch-change`` with ``-e nvidia_driver_branch_change_ok=<not true>`` (exit 2).
+    """
+    pairs = list(extravars)
+    if not allow_branch_change:
+        return pairs
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == BRANCH_CHANGE_VAR and value.strip().lower() not in ("true", "yes", "1", "on"):
+            raise ConfigError(f"--allow-branch-change contradicts -e {pair} - give one of them")
+    return [*pairs, f"{BRANCH_CHANGE_VAR}=true"]
 
 
 def invocation_argv() -> list[str]:

@@ -1,7 +1,8 @@
 """``gpuprov validate FILE``: check a fleet file and print every problem, or a short summary.
 
 Problems go to stdout, one per line, as ``FILE:LINE: path.to.field: problem - fix`` (exit 2); a valid
-file prints hosts, groups and each host's resolved choices (exit 0). Never a traceback.
+file prints hosts, groups and each host's resolved choices (exit 0). Never a traceback. The SSH key and
+known_hosts files the fleet names are checked on this machine unless ``--no-file-checks`` (CI).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def host_summary(host: Host) -> str:
         f"groups: {','.join(host.groups) or '-'}",
         s["os"],
         f"{gpus['count']}x {gpus['model']}" + (" NVSwitch" if gpus["nvswitch"] else ""),
-        f"driver {drv['version'] or drv['branch']} {drv['flavour']} ({drv['method']})",
+        f"driver {drv['version'] or drv['branch']} {drv['flavour']} ({drv['method']})"
+        + (" branch change allowed" if drv["allow_branch_change"] else ""),
     ]
     for lib, label in (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL")):
         if s[lib]["version"]:
@@ -64,10 +66,17 @@ def report_problems(exc: FleetValidationError, display: str) -> ConfigError:
 @click.command("validate")
 @click.argument("fleet_file", metavar="FILE", type=click.Path(path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the file is valid.")
-def command(fleet_file: Path, quiet: bool) -> None:
-    """Validate the fleet FILE and report every problem at once (exit 2), or a summary (exit 0)."""
+@click.option("--no-file-checks", is_flag=True,
+              help="Skip the check that the SSH key and known_hosts files the fleet names exist on this machine "
+                   "(CI, or any machine that is not the controller).")
+def command(fleet_file: Path, quiet: bool, no_file_checks: bool) -> None:
+    """Validate the fleet FILE and report every problem at once (exit 2), or a summary (exit 0).
+
+    Besides the schema and the compatibility matrix, the SSH private keys and the known_hosts file the fleet
+    names must exist on this machine, unless --no-file-checks.
+    """
     try:
-        fleet = load_fleet(fleet_file)
+        fleet = load_fleet(fleet_file, check_files=not no_file_checks)
     except FleetValidationError as exc:
         raise report_problems(exc, str(fleet_file)) from None
     if not quiet:

@@ -2,7 +2,9 @@
 
 Public API::
 
-    load_fleet(path: Path) -> Fleet   # raises FleetValidationError(problems) listing every problem
+    load_fleet(path: Path, *, check_files: bool = False) -> Fleet
+        # raises FleetValidationError(problems) listing every problem; check_files: the SSH key and
+        # known_hosts files the fleet names must exist on this controller (gpuprov validate)
 
 A :class:`Fleet` holds each :class:`Host` with its :class:`Connection`, group membership, effective
 settings (merged, defaults applied, ``auto`` resolved, see :class:`Resolution`) and the raw layers

@@ -21,6 +21,7 @@ from gpuprov.fleet.types import (
     CudaVersion,
     DriverVersion,
     FilePath,
+    FindingId,
     Fingerprint,
     GroupName,
     LibVersion,
@@ -53,7 +54,9 @@ class Gpus(Strict):
 
 
 class Driver(Strict):
-    """NVIDIA driver: ``branch`` ("580" or auto), exact ``version``, module ``flavour`` and install ``method``."""
+    """NVIDIA driver: ``branch`` ("580" or auto), exact ``version``, module ``flavour`` and install ``method``;
+    ``allow_branch_change`` confirms replacing another installed branch or flavour (unhold, purge, install and
+    hold the new set; case B08), rendered as ``gpuprov_driver_allow_branch_change``."""
 
     branch: Branch = "auto"
     version: DriverVersion | None = None
@@ -61,6 +64,7 @@ class Driver(Strict):
     method: Literal["cuda-repo", "distro", "ubuntu-drivers", "runfile"] = "cuda-repo"
     runfile_url: UrlOrEnv | None = None
     runfile_sha256: Sha256 | None = None
+    allow_branch_change: bool = False
 
 
 class Cuda(Strict):
@@ -158,7 +162,7 @@ class BiosCheck(Strict):
     load_utilization_pct: Annotated[int, Field(ge=1, le=100)] = 50
     min_bar1_mib: AutoOrPositive = "auto"
     vfio_hypervisor: bool = False
-    severity: dict[Name, Severity] = {}
+    severity: dict[FindingId, Severity] = {}
 
 
 class Verify(Strict):

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from functools import cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import PlainValidator
 from pydantic_core import PydanticCustomError
+
+from gpuprov.fleet.errors import suggest_fix
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
@@ -247,6 +250,25 @@ def _check_path(value: object) -> str:
     return text
 
 
+@cache
+def finding_ids() -> tuple[str, ...]:
+    """The bios_check finding ids (``FINDING_IDS`` of ``roles/gpuprov_common/module_utils/gpuprov_findings.py``,
+    the rules the role runs; documented in docs/bios-check.md)."""
+    from gpuprov.role_code import module_utils
+
+    ids: tuple[str, ...] = tuple(module_utils("gpuprov_findings").FINDING_IDS)
+    return ids
+
+
+def _check_finding_id(value: object) -> str:
+    text = _require_str(value, "a bios_check finding id", "acs_redirect")
+    known = finding_ids()
+    if text not in known:
+        raise fail(f"unknown bios_check finding {text!r}",
+                   suggest_fix(text, known, "a finding id (docs/bios-check.md)"))
+    return text
+
+
 def _check_user(value: object) -> str:
     text = _require_str(value, "a user name", "admin")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", text):
@@ -270,6 +292,7 @@ Fingerprint = Annotated[str, PlainValidator(_check_fingerprint)]
 Name = Annotated[str, PlainValidator(_check_name)]
 FilePath = Annotated[str, PlainValidator(_check_path)]
 User = Annotated[str, PlainValidator(_check_user)]
+FindingId = Annotated[str, PlainValidator(_check_finding_id)]
 AllOrIndexes = Annotated[str | list[int], PlainValidator(_all_or_indexes)]
 WorkerGpus = Annotated[str | list[int], PlainValidator(_worker_gpus)]
 AutoOrPositive = Annotated[str | int, PlainValidator(_auto_or_positive)]

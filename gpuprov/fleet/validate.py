@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,18 +38,24 @@ _REQUIRED_AFTER_MERGE: tuple[tuple[Path_, str], ...] = (
 )
 
 
-def load_fleet(path: Path) -> Fleet:
+def load_fleet(path: Path, *, check_files: bool = False) -> Fleet:
     """Load, validate and resolve the fleet file at ``path``.
+
+    With ``check_files``, the files the fleet names on this controller (``ssh.key``, ``ssh.known_hosts``
+    while host-key checking is on, each host's ``key``) must also exist and be readable regular files
+    (:func:`local_file_problem`); off by default, so a fleet file renders and validates on a machine that
+    is not its controller (CI).
 
     Raises :class:`~gpuprov.exceptions.FleetValidationError` listing every problem found (exit 2).
     """
     loaded = load_yaml(path)
-    return validate_loaded(loaded, path)
+    return validate_loaded(loaded, path, check_files=check_files)
 
 
-def validate_loaded(loaded: LoadedYaml, source: Path) -> Fleet:
-    """Validate an already loaded document; ``source`` is recorded in the Fleet."""
-    validator = _Validator(loaded, load_matrix())
+def validate_loaded(loaded: LoadedYaml, source: Path, *, check_files: bool = False) -> Fleet:
+    """Validate an already loaded document; ``source`` is recorded in the Fleet; ``check_files`` as in
+    :func:`load_fleet`."""
+    validator = _Validator(loaded, load_matrix(), check_files=check_files)
     fleet = validator.run(source)
     if validator.problems:
         ordered: list[Problem] = sorted(validator.problems, key=_order)
@@ -63,10 +70,11 @@ def _order(problem: Problem) -> tuple[int, str, str]:
 
 
 class _Validator:
-    def __init__(self, loaded: LoadedYaml, matrix: Matrix) -> None:
+    def __init__(self, loaded: LoadedYaml, matrix: Matrix, *, check_files: bool = False) -> None:
         self.loaded = loaded
         self.file = loaded.file
         self.matrix = matrix
+        self.check_files = check_files
         self.problems: list[Problem] = list(loaded.problems)
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -116,10 +124,8 @@ class _Validator:
             if required and key not in data:
                 self.fail((key,), f"required key {key!r} is missing", f"add `{key}:` at the top level",
                           line=self.loaded.lines.get((), 1))
-        version = data.get("version")
-        if "version" in data and (version != 1 or isinstance(version, bool)):
-            self.fail(("version",), f"unsupported fleet file version {describe(version)}",
-                      "this gpuprov reads `version: 1`")
+        if "version" in data:
+            self.version(data["version"])
         name = data.get("name")
         if name is not None and not isinstance(name, str):
             self.fail(("name",), f"expected a string, got {describe(name)}", "write the fleet name as a string")
@@ -128,6 +134,8 @@ class _Validator:
         fleet_ok = fleet_settings is not None or data.get("settings") is None
         groups = self.groups(data)
         hosts = self.hosts(data, groups)
+        if self.check_files:
+            self.local_files(ssh, hosts or {})
         if not fleet_ok or groups is None or hosts is None:
             return None
         ssh = ssh or Ssh()  # a bad ssh section is already reported; keep checking the hosts
@@ -147,6 +155,37 @@ class _Validator:
             if host is not None:
                 fleet.hosts[host_name] = host
         return fleet
+
+    def version(self, version: object) -> None:
+        """``version`` must be the number 1: not ``"1"``, ``1.0`` or ``true`` (which Python compares equal to 1)."""
+        if type(version) is int and version == 1:
+            return
+        if isinstance(version, str) and version.strip() in ("1", "1.0"):
+            self.fail(("version",), f"expected the number 1, got the string {version!r}",
+                      "write `version: 1` without quotes")
+        elif isinstance(version, int | float) and not isinstance(version, bool):
+            self.fail(("version",), f"unsupported fleet file version {version!r}",
+                      "this gpuprov reads `version: 1` (a whole number, no quotes)")
+        else:
+            self.fail(("version",), f"expected the fleet file version as a number, got {describe(version)}",
+                      "write `version: 1`")
+
+    def local_files(self, ssh: Ssh | None, hosts: dict[str, HostEntry | None]) -> None:
+        """Report each controller file the fleet names that ssh could not use (see :func:`load_fleet`)."""
+        named: list[tuple[Path_, str, str]] = []
+        if ssh is not None and ssh.key is not None:
+            named.append((("ssh", "key"), ssh.key, "SSH private key"))
+        if ssh is not None and ssh.known_hosts is not None and ssh.host_key_checking:
+            named.append((("ssh", "known_hosts"), ssh.known_hosts, "known_hosts file"))
+        for name, entry in hosts.items():
+            if entry is not None and entry.key is not None:
+                named.append((("hosts", name, "key"), entry.key, "SSH private key"))
+        for path, value, what in named:
+            problem = local_file_problem(value)
+            if problem is not None:
+                fix = ("correct the path to the private key the hosts authorize" if what.startswith("SSH")
+                       else "correct the path, or record the hosts' keys in it (ssh-keyscan, then verify them)")
+                self.fail(path, f"{what} {value} {problem}", f"{fix}; paths are read on this controller")
 
     def groups(self, data: dict[Any, Any]) -> dict[str, Group | None] | None:
         raw = self.mapping(data, "groups")
@@ -235,6 +274,24 @@ class _Validator:
             notes=tuple(ctx.notes),
             description=entry.description,
         )
+
+
+def local_file_problem(value: str) -> str | None:
+    """Why the controller file ``value`` (``~`` expanded, relative to the working directory) is unusable, as
+    the end of a sentence ("does not exist"), or None when it is a readable regular file."""
+    try:
+        path = Path(value).expanduser()
+        if not path.exists():
+            return "does not exist" if str(path) == value else f"does not exist ({path})"
+        if not path.is_file():
+            return "is not a regular file"
+    except ValueError:  # a NUL byte in the path
+        return "is not a usable path"
+    except (OSError, RuntimeError) as exc:  # a parent without search permission; ~user of no such user
+        return f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+    if not os.access(path, os.R_OK):
+        return "is not readable by this user"
+    return None
 
 
 def _connection(entry: HostEntry, ssh: Ssh) -> Connection:

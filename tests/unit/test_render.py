@@ -120,3 +120,28 @@ def test_proxy_reaches_every_play_as_its_environment(tmp_path: Path, monkeypatch
              for play in yaml.safe_load(pb.read_text(encoding="utf-8")) if "hosts" in play]
     assert plays and all(play.get("environment") == "{{ gpuprov_proxy_environment | default({}) }}"
                          for play in plays)
+
+
+def test_b08_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None:
+    """driver.allow_branch_change renders as gpuprov_driver_allow_branch_change per host (group and host
+    overrides included), and the nvidia_driver role's default for its confirmation, templated with each host's
+    variables, follows it; an extra variable (gpuprov apply --allow-branch-change) wins over the fleet's false."""
+    defaults = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    expression = trust_as_template("{{ nvidia_driver_branch_change_ok | bool }}")
+    inventory = render_inventory(load_fleet(ROOT / "tests" / "data" / "good" / "driver_branch_change.yml"),
+                                 tmp_path / "inv")
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    seen: dict[str, tuple[object, object, object]] = {}
+    for host in manager.get_hosts():
+        host_vars = variables.get_vars(host=host)
+        role = {"nvidia_driver_branch_change_ok": trust_as_template(defaults["nvidia_driver_branch_change_ok"])}
+        confirmed = Templar(loader=loader, variables={**host_vars, **role}).template(expression)
+        forced = Templar(loader=loader, variables={**host_vars, **role, "nvidia_driver_branch_change_ok": "true"}
+                         ).template(expression)
+        seen[host.name] = (host_vars["gpuprov_driver_allow_branch_change"], confirmed, forced)
+    assert seen == {"gpu01": (True, True, True), "gpu02": (False, False, True), "gpu03": (False, False, True)}
+    bare = Templar(loader=loader, variables={"nvidia_driver_branch_change_ok": trust_as_template(
+        defaults["nvidia_driver_branch_change_ok"])}).template(expression)
+    assert bare is False  # outside a fleet (no gpuprov_ variables) the role stays unconfirmed
