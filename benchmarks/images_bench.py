@@ -15,11 +15,13 @@ channels_last on a GPU (fp32 on CPU). Images are repeated under distinct queue k
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -94,7 +96,60 @@ def dataloader(paths: list[Path], n: int, workers: int, batch: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int) -> dict[str, float]:
+class Sampler:
+    """Samples GPU SM and NVJPG (hardware JPEG engine) utilisation through NVML and host CPU use through
+    psutil, every 0.5 s while a mode runs; each is None where its library or counter is missing."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[str, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            import psutil
+        except ImportError:
+            psutil = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:
+            pynvml, handles = None, []
+        if psutil:
+            psutil.cpu_percent()
+        while not self.stop.wait(0.5):
+            row: dict[str, float] = {}
+            if psutil:
+                row["cpu_pct"] = psutil.cpu_percent()
+            for i, h in enumerate(handles):
+                row[f"sm{i}"] = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+                with contextlib.suppress(Exception):
+                    row[f"jpg{i}"] = pynvml.nvmlDeviceGetJpgUtilization(h)[0]
+            self.samples.append(row)
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def summary(self) -> dict[str, float]:
+        """Mean and max of each series over the busy middle (samples with any SM use)."""
+        busy = [r for r in self.samples if any(v > 0 for k, v in r.items() if k.startswith("sm"))] or self.samples
+        keys = sorted({k for r in busy for k in r})
+        out: dict[str, float] = {}
+        for k in keys:
+            vals = [r[k] for r in busy if k in r]
+            out[k + "_mean"], out[k + "_max"] = round(sum(vals) / len(vals), 1), max(vals)
+        return out
+
+
+def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int, procs: int = 1,
+            jpeg: str = "torchvision") -> dict[str, Any]:  # fmt: skip
     from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
 
@@ -102,7 +157,7 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
     if not model_file.exists():
         m = torchvision.models.resnet50(weights=None).eval()
         torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(model_file))
-    url = f"sqlite:///{work}/q-{gpus.replace(',', '_')}.db"
+    url = f"sqlite:///{work}/q-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"
     q = open_queue(url)
     q.submit({"path": str(paths[i % len(paths)]), "key": f"{i}"} for i in range(n))
     q.close()
@@ -117,20 +172,33 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
             last[st.slot.name] = event
             events.append((float(event["t"]), st.slot.name, st.total_done))
 
-    cfg = WorkerConfig(url, str(work / f"out-{gpus}"), None, str(model_file),
-                       None if batch == "auto" else int(batch), 224, 120.0, threads)  # fmt: skip
+    cfg = WorkerConfig(url, str(work / f"out-{gpus}-p{procs}-{jpeg}"), None, str(model_file),
+                       None if batch == "auto" else int(batch), 224, 120.0, threads, jpeg=jpeg)  # fmt: skip
     t0 = time.perf_counter()
-    supervise(cfg, slots, on_event)
+    with Sampler() as sampler:
+        supervise(cfg, slots, on_event, procs_per_gpu=procs)
     wall = time.perf_counter() - t0
-    # steady state: from each worker's first progress event to the last event of all
-    first = {}
-    for t, slot, done in events:
-        first.setdefault(slot, (t, done))
-    t_start = max(t for t, _ in first.values())
-    done_at_start = sum(d for _, d in first.values())
-    t_end = max(t for t, _, _ in events)
-    steady = (n - done_at_start) / (t_end - t_start) if t_end > t_start else float("nan")
-    return {"end_to_end": n / wall, "steady": steady, "wall_s": wall, "slots": len(slots), "workers": last}
+    # steady state: all workers busy - from the moment every worker has finished its first batch to the
+    # moment the first worker finishes its last; images done = the sum over workers of their latest count
+    first: dict[str, float] = {}
+    final: dict[str, float] = {}
+    for t, slot, _ in events:
+        first.setdefault(slot, t)
+        final[slot] = t
+    t_start, t_end = max(first.values()), min(final.values())
+    if t_end <= t_start:  # too few batches per worker for a window where all are busy
+        t_end = max(final.values())
+
+    def done_at(when: float) -> int:
+        latest: dict[str, int] = {}
+        for t, slot, done in events:
+            if t <= when:
+                latest[slot] = done
+        return sum(latest.values())
+
+    steady = (done_at(t_end) - done_at(t_start)) / (t_end - t_start) if t_end > t_start else float("nan")
+    return {"end_to_end": n / wall, "steady": steady, "wall_s": wall, "slots": len(slots), "procs_per_gpu": procs,
+            "jpeg": jpeg, "util": sampler.summary(), "workers": last}  # fmt: skip
 
 
 def main() -> None:
@@ -142,6 +210,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--batch", default="256")
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--procs", default="1", help="worker processes per GPU, a comma list: one run each")
+    ap.add_argument("--jpeg", default="torchvision", help="baseline JPEG decoders, a comma list: one run each")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     paths = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
@@ -163,12 +233,17 @@ def main() -> None:
             bs = 256 if args.batch == "auto" else int(args.batch)
             res["dataloader"] = dataloader(paths, args.images, args.workers, bs)
             print(f"dataloader {res['dataloader']:10.1f} img/s", flush=True)
+        variants = [(int(p), j) for j in args.jpeg.split(",") for p in args.procs.split(",")]
         for mode, gpus in (("gpuprov1", "0" if DEVICE == "cuda" else "cpu"), ("gpuprov2", "0,1")):
             if mode in modes and (mode == "gpuprov1" or torch.cuda.device_count() >= 2):
                 n = args.images * (2 if mode == "gpuprov2" else 1)
-                res[mode] = gpuprov(paths, n, gpus, work, args.batch, args.threads)
-                print(f"{mode}   {res[mode]['steady']:10.1f} img/s steady, {res[mode]['end_to_end']:.1f} end to end"
-                      f" ({res[mode]['wall_s']:.1f} s)", flush=True)  # fmt: skip
+                for procs, jpeg in variants:
+                    key = mode if (procs, jpeg) == variants[0] else f"{mode}-p{procs}-{jpeg}"
+                    res[key] = r = gpuprov(paths, n, gpus, work, args.batch, args.threads, procs, jpeg)
+                    print(f"{key}   {r['steady']:10.1f} img/s steady, {r['end_to_end']:.1f} end to end"
+                          f" ({r['wall_s']:.1f} s) util {r['util']}", flush=True)  # fmt: skip
+                    if args.json:
+                        args.json.write_text(json.dumps(res, indent=2))
     if "gpuprov1" in res:
         g1 = res["gpuprov1"]["steady"]
         if "naive" in res:

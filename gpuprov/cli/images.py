@@ -101,6 +101,11 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
               help="Lease in seconds (renewed while working).")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(min=1),
               help="CPU decode threads per worker.")
+@click.option("--procs-per-gpu", "procs_per_gpu", default=None, type=click.IntRange(min=1),
+              help="Worker processes per GPU, all pinned to it by UUID (default: 4, measured on an H200).")
+@click.option("--jpeg", default="torchvision", show_default=True,
+              type=click.Choice(["torchvision", "nvimgcodec", "auto"]),
+              help="Baseline JPEG decoder on a GPU; nvimgcodec needs nvidia-nvimgcodec-cu13.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Serve Prometheus metrics on this port.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
@@ -108,8 +113,8 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
                    "rewritten each time the queue drains.")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
-            size: int | None, lease_s: float, threads: int, metrics_port: int | None, quiet: bool,
-            follow: bool) -> None:  # fmt: skip
+            size: int | None, lease_s: float, threads: int, procs_per_gpu: int | None, jpeg: str,
+            metrics_port: int | None, quiet: bool, follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.metrics import Metrics
     from gpuprov.images.queue import open_queue
@@ -122,7 +127,8 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     out.mkdir(parents=True, exist_ok=True)
     slots = resolve_slots(gpus, cpu_workers)
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
-                        None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow)  # fmt: skip
+                        None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
+                        jpeg=jpeg)  # fmt: skip
     metrics = Metrics(metrics_port)
     queue = open_queue(url)
     console = Console(stderr=True, quiet=quiet)
@@ -157,7 +163,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     states_ref: list[SlotState] = []
     _exit_on_sigterm(follow)
     try:
-        states_ref.extend(supervise(base, slots, on_event))
+        states_ref.extend(supervise(base, slots, on_event, procs_per_gpu))
         rows, fails = write_manifest(queue, out)
     finally:
         queue.close()
@@ -176,7 +182,7 @@ def status_cmd(url: str, as_json: bool) -> None:
     """Print the queue's task counts per state and the first failures."""
     from gpuprov.images.queue import open_queue
 
-    queue = open_queue(url)
+    queue = open_queue(url, create=False)
     try:
         stats = queue.stats()
         failures = [f for _, f in zip(range(10), queue.failures(), strict=False)]

@@ -5,6 +5,12 @@ Pinning (case B24): the supervisor resolves ``--gpus`` to NVML devices and start
 then reads the UUID and PCI bus id of the device CUDA actually opened and exits with code 4 on a
 mismatch instead of running on the wrong GPU. Without NVML or GPUs the workers run on ``cpu``.
 
+Several processes per GPU (:func:`replicate`, ``procs_per_gpu``): every process of a GPU gets the same
+UUID pin and the same self-check; they share the queue like workers on different GPUs do (leases make
+that safe) and split the GPU's free memory for ``--batch auto``. One worker's Python thread issues
+every per-image operation (nvJPEG list decode, canvas copies, result rows) and was the limit on an
+H200 (docs/benchmarks.md); :data:`DEFAULT_PROCS_PER_GPU` processes spread that work.
+
 Guarantees: a worker claims ``batch`` tasks with a lease, a thread renews the leases while it works,
 output files are written atomically under names derived from the input's content hash, and result
 rows go to the queue's idempotent :meth:`complete`. ``kill -9`` of a worker loses nothing (its
@@ -40,6 +46,10 @@ log = logging.getLogger(__name__)
 
 EXIT_DEVICE_MISMATCH = 4
 MAX_RESTARTS = 100
+DEFAULT_PROCS_PER_GPU = 4
+"""Worker processes per GPU when not given. Measured on one H200 (docs/benchmarks.md, 2026-12-01, 200,000
+images, ResNet-50 fp16): 1 process 3,113 img/s steady, 4 processes 8,119, 8 processes 8,828 (+9 % for twice
+the processes, host memory and CPU, and 2 % less end to end), so 4."""
 
 
 class DeviceMismatch(EnvironmentMissing):
@@ -53,6 +63,7 @@ class Slot:
     name: str
     uuid: str | None = None
     bus_id: str | None = None
+    share: int = 1  # worker processes pinned to this device (they split its free memory)
 
 
 @dataclass
@@ -70,6 +81,7 @@ class WorkerConfig:
     slot: Slot = field(default_factory=lambda: Slot("cpu0"))
     follow: bool = False  # keep waiting for new tasks when the queue is drained (a service)
     poll_s: float = 1.0  # how often an idle worker looks for new tasks, seconds
+    jpeg: str = "torchvision"  # baseline JPEG decoder on a GPU: torchvision, nvimgcodec or auto (see Decoder)
 
 
 def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slot]:
@@ -105,6 +117,26 @@ def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slo
     return picked
 
 
+def replicate(slots: list[Slot], procs_per_gpu: int | None = None) -> list[Slot]:
+    """Each GPU slot ``procs_per_gpu`` times (default :data:`DEFAULT_PROCS_PER_GPU`), CPU slots once.
+
+    The copies of ``gpuN`` are named ``gpuN.0``, ``gpuN.1``, ... (plain ``gpuN`` when there is one) and
+    keep the UUID and bus id, so every process is pinned to and checks the same device (case B24);
+    ``share`` tells each how many processes split the device's memory. Raises :class:`ConfigError`
+    for ``procs_per_gpu`` < 1.
+    """
+    n = DEFAULT_PROCS_PER_GPU if procs_per_gpu is None else procs_per_gpu
+    if n < 1:
+        raise ConfigError(f"--procs-per-gpu {n}: expected at least 1")
+    out = []
+    for s in slots:
+        if s.uuid is None or n == 1:
+            out.append(s)
+        else:
+            out.extend(Slot(f"{s.name}.{k}", s.uuid, s.bus_id, share=n) for k in range(n))
+    return out
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -130,9 +162,11 @@ def self_check(slot: Slot) -> str:
 
 @dataclass
 class Claimed:
-    """A claimed batch with the bytes read: (task, bytes or read error) pairs."""
+    """A claimed batch with the bytes read: (task, bytes or read error) pairs, and the SHA-256 hex digest
+    of each task's bytes by task id (hashed in the prefetch thread, off the worker's main thread)."""
 
     entries: list[tuple[Task, bytes | OSError]]
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 class LeaseKeeper(threading.Thread):
@@ -178,12 +212,16 @@ def _claims(
             continue
         keeper.hold([t.id for t in tasks])
         entries: list[tuple[Task, bytes | OSError]] = []
+        digests: dict[str, str] = {}
         for t in tasks:
             try:
-                entries.append((t, Path(t.payload["path"]).read_bytes()))
+                data = Path(t.payload["path"]).read_bytes()
             except OSError as exc:
                 entries.append((t, exc))
-        yield Claimed(entries)
+                continue
+            entries.append((t, data))
+            digests[t.id] = hashlib.sha256(data).hexdigest()
+        yield Claimed(entries, digests)
 
 
 def _prefetch(source: Iterator[Claimed], depth: int = 2) -> Iterator[Claimed]:
@@ -211,15 +249,16 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
     name = f"{os.uname().nodename}:{cfg.slot.name}:{os.getpid()}"
     out = Path(cfg.out)
     task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, out, device, size=cfg.size)
-    batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)))
+    batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share)
     backoff = Backoff(batch)
     queue = open_queue(cfg.queue)
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
-    decoder = Decoder(device, cfg.threads)
+    decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg)
     done = failed = 0
     timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0}
-    emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": batch})
+    emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": batch,
+          "jpeg": decoder.jpeg})  # fmt: skip
     try:
         batches = _prefetch(_claims(queue, name, lambda: backoff.batch, keeper, cfg.follow, cfg.poll_s))
         while True:
@@ -271,7 +310,8 @@ def _process(
         if isinstance(dec, DecodeError):
             bad.append((t.id, f"decode error: {dec}"))
         else:
-            items.append(Item(t.id, t.payload["path"], hashlib.sha256(data).hexdigest(), dec))
+            digest = claimed.digests.get(t.id) or hashlib.sha256(data).hexdigest()
+            items.append(Item(t.id, t.payload["path"], digest, dec))
     try:
         rows = backoff.run(items, task.process)
         pairs = list(zip(items, rows, strict=True))
@@ -289,6 +329,10 @@ def _process(
     return ok, bad
 
 
+PROFILE_ENV = "GPUPROV_IMAGES_PROFILE"
+"""A folder: each worker then runs under cProfile and writes ``<folder>/worker-<pid>.prof`` (benchmarks)."""
+
+
 def _child_main() -> None:
     logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
     raw = json.loads(sys.argv[1])
@@ -298,6 +342,13 @@ def _child_main() -> None:
         print(json.dumps(event), flush=True)
 
     try:
+        if profile_dir := os.environ.get(PROFILE_ENV):
+            import cProfile
+
+            with cProfile.Profile() as prof:
+                worker_main(cfg, emit)
+            prof.dump_stats(str(Path(profile_dir) / f"worker-{os.getpid()}.prof"))
+            return
         worker_main(cfg, emit)
     except DeviceMismatch as exc:
         print(json.dumps({"event": "error", "error": exc.message}), flush=True)
@@ -333,10 +384,14 @@ def worker_env(slot: Slot) -> dict[str, str]:
 
 
 def supervise(
-    base: WorkerConfig, slots: list[Slot], on_event: Callable[[SlotState, dict[str, Any]], None]
+    base: WorkerConfig,
+    slots: list[Slot],
+    on_event: Callable[[SlotState, dict[str, Any]], None],
+    procs_per_gpu: int | None = None,
 ) -> list[SlotState]:
-    """Run one worker per slot until the queue is drained, restarting workers that die."""
-    states = [SlotState(s) for s in slots]
+    """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
+    drained, restarting workers that die. Returns one state per worker process slot."""
+    states = [SlotState(s) for s in replicate(slots, procs_per_gpu)]
     lock = threading.Lock()
 
     def start(st: SlotState) -> None:

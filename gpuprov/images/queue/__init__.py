@@ -21,6 +21,7 @@ from gpuprov.images.queue.base import (
     DEFAULT_MAX_ATTEMPTS,
     Queue,
     QueueError,
+    QueueMissing,
     QueueStats,
     QueueUnavailable,
     QueueURLError,
@@ -33,6 +34,7 @@ from gpuprov.images.queue.base import (
 __all__ = [
     "Queue",
     "QueueError",
+    "QueueMissing",
     "QueueStats",
     "QueueURLError",
     "QueueUnavailable",
@@ -44,11 +46,15 @@ __all__ = [
 ]
 
 
-def open_queue(url: str) -> Queue:
-    """Open (creating if needed) the queue at ``url``; see the module docstring for the forms.
+def open_queue(url: str, *, create: bool = True) -> Queue:
+    """Open the queue at ``url`` (creating it if needed, unless ``create`` is False); see the module
+    docstring for the forms.
 
-    Raises :class:`QueueURLError` for an unknown scheme, option or bad value, and
-    :class:`QueueUnavailable` when the store cannot be opened or reached.
+    Raises :class:`QueueURLError` for an unknown scheme, option or bad value,
+    :class:`QueueMissing` (exit 2) when ``create`` is False and a sqlite queue's file does not exist
+    (``status`` must not leave an empty queue behind), and :class:`QueueUnavailable` when the store
+    cannot be opened or reached. A Redis stream is created by the first submit; without ``create``
+    an absent stream reads as an empty queue.
     """
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -62,6 +68,8 @@ def open_queue(url: str) -> Queue:
         path = parts.path if parts.netloc == "" else ""
         if not path or path == "/":
             raise QueueURLError(f"{url}: expected sqlite:///abs/path.db or sqlite:relative/path.db")
+        if not create and not Path(path).is_file():
+            raise QueueMissing(f"{url}: no queue at {path}; `gpuprov images submit` creates it")
         return SqliteQueue(Path(path), max_attempts=max_attempts, lease_s=lease_s)
     if parts.scheme in ("redis", "rediss", "unix"):
         import redis

@@ -46,6 +46,10 @@ class QueueUnavailable(QueueError, EnvironmentMissing):
     """The queue's store cannot be opened or reached (sqlite file, Redis server). Exit 4."""
 
 
+class QueueMissing(QueueError, ConfigError):
+    """A command that only reads a queue (``status``) was pointed at one that does not exist. Exit 2."""
+
+
 class UnknownTask(QueueError):
     """An operation named a task id that the queue does not hold. Exit 2."""
 

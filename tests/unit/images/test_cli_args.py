@@ -16,6 +16,8 @@ from gpuprov.cli.__main__ import main
     (["--task", "stats", "--cpu-workers", "0"], "--cpu-workers"),
     (["--task", "stats", "--threads", "0"], "--threads"),
     (["--task", "stats", "--size", "-5"], "--size"),
+    (["--task", "stats", "--procs-per-gpu", "0"], "--procs-per-gpu"),
+    (["--task", "stats", "--jpeg", "dali"], "--jpeg"),
 ])
 def test_bad_run_arguments_exit_2(args: list[str], named: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,3 +28,13 @@ def test_bad_run_arguments_exit_2(args: list[str], named: str, tmp_path: Path,
     err = capsys.readouterr().err
     assert named in err and "Traceback" not in err
     assert not queue.exists()  # nothing was opened or started
+
+
+def test_status_of_a_missing_queue_exits_2_and_creates_nothing(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    for queue in (tmp_path / "missing" / "path.db", tmp_path / "q.db"):
+        code = main(["images", "status", "--queue", f"sqlite:///{queue}"])
+        assert code == 2
+        err = capsys.readouterr().err
+        assert "no queue at" in err and "Traceback" not in err
+        assert not queue.exists() and not queue.parent.joinpath(queue.name + "-wal").exists()

@@ -136,3 +136,30 @@ def test_crop_resize_batch_matches_per_image_resize() -> None:
     for dec, unit in zip(decs, batched, strict=True):
         single = pipeline.to_unit(dec, 64)[0]
         assert (unit - single).abs().mean().item() < 0.02
+
+
+def test_jpeg_decoder_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprov.exceptions import ConfigError
+
+    assert Decoder("cpu").jpeg == "cpu"
+    assert Decoder("cuda").jpeg == "torchvision"  # the default; __init__ touches no CUDA
+    with pytest.raises(ConfigError, match="choose one of"):
+        Decoder("cuda", jpeg="dali")
+    monkeypatch.setattr(pipeline, "nvimgcodec_decoder", lambda threads: None)  # package absent
+    assert Decoder("cuda", jpeg="auto").jpeg == "torchvision"
+    with pytest.raises(ConfigError, match="nvidia-nvimgcodec"):
+        Decoder("cuda", jpeg="nvimgcodec")
+    monkeypatch.setattr(pipeline, "nvimgcodec_decoder", lambda threads: object())
+    assert Decoder("cuda", jpeg="auto").jpeg == "nvimgcodec"
+
+
+def test_nvimgcodec_decoder_is_none_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = pipeline.importlib.import_module
+
+    def no_nvimgcodec(name: str) -> object:
+        if name.startswith("nvidia.nvimgcodec"):
+            raise ImportError(name)
+        return real(name)
+
+    monkeypatch.setattr(pipeline.importlib, "import_module", no_nvimgcodec)
+    assert pipeline.nvimgcodec_decoder(2) is None

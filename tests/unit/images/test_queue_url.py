@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE
-from gpuprov.images.queue import QueueUnavailable, QueueURLError, open_queue
+from gpuprov.images.queue import QueueMissing, QueueUnavailable, QueueURLError, open_queue
 from gpuprov.images.queue.redis import DEFAULT_STREAM, RedisQueue
 from gpuprov.images.queue.sqlite import SqliteQueue
 
@@ -76,3 +76,17 @@ def test_redis_stream_and_options(redis_url: str) -> None:
     assert isinstance(q, RedisQueue)
     assert q.stream == DEFAULT_STREAM
     q.close()
+
+
+@pytest.mark.parametrize("where", ["missing/path.db", "q.db"])
+def test_open_without_create_refuses_a_missing_sqlite_queue(where: str, tmp_path: Path) -> None:
+    path = tmp_path / where
+    with pytest.raises(QueueMissing, match="no queue at") as err:
+        open_queue(f"sqlite:///{path}", create=False)
+    assert err.value.exit_code == EXIT_USAGE
+    assert not path.exists() and not path.parent.joinpath(path.name + "-wal").exists()
+    if path.parent.exists():
+        open_queue(f"sqlite:///{path}").close()  # submit's default creates it
+        q = open_queue(f"sqlite:///{path}", create=False)
+        assert q.stats().total == 0
+        q.close()

@@ -17,7 +17,19 @@ from PIL import Image
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.pipeline import MEM_BUDGET_ENV
 from gpuprov.images.queue import open_queue
-from gpuprov.images.worker import Slot, WorkerConfig, resolve_slots, self_check, worker_env, worker_main, write_manifest
+from gpuprov.images.worker import (
+    DEFAULT_PROCS_PER_GPU,
+    LeaseKeeper,
+    Slot,
+    WorkerConfig,
+    _claims,
+    replicate,
+    resolve_slots,
+    self_check,
+    worker_env,
+    worker_main,
+    write_manifest,
+)
 
 B24 = [("GPU-d150", "00000000:01:00.0"), ("GPU-0a01", "00000000:07:00.0"), ("GPU-0a02", "00000000:47:00.0")]
 
@@ -50,6 +62,41 @@ def test_slots_pin_by_uuid_in_bus_order() -> None:
     with pytest.raises(ConfigError):
         resolve_slots("7", nvml=FakeNVML())
     assert [s.name for s in resolve_slots("cpu", cpu_workers=2)] == ["cpu0", "cpu1"]
+
+
+def test_b24_procs_per_gpu_keep_the_uuid_pin() -> None:
+    gpus = resolve_slots("0,2", nvml=FakeNVML())
+    procs = replicate(gpus, 3)
+    assert [p.name for p in procs] == ["gpu0.0", "gpu0.1", "gpu0.2", "gpu2.0", "gpu2.1", "gpu2.2"]
+    assert [(p.uuid, p.bus_id) for p in procs] == [B24[0]] * 3 + [B24[2]] * 3
+    assert {p.share for p in procs} == {3}
+    # every process of a GPU is pinned to that GPU's UUID, never to an index
+    assert {worker_env(p)["CUDA_VISIBLE_DEVICES"] for p in procs[:3]} == {"GPU-d150"}
+    assert replicate(gpus, 1) == gpus
+    assert len(replicate(gpus)) == 2 * DEFAULT_PROCS_PER_GPU
+    cpu = resolve_slots("cpu", cpu_workers=2)
+    assert replicate(cpu, 4) == cpu  # CPU workers are counted by --cpu-workers, not multiplied
+    with pytest.raises(ConfigError, match="at least 1"):
+        replicate(gpus, 0)
+
+
+def test_claims_hash_the_bytes_in_the_reading_thread(tmp_path: Path) -> None:
+    import hashlib
+
+    paths = _images(tmp_path / "in", 3)
+    q = open_queue(f"sqlite:///{tmp_path}/q.db")
+    q.submit([{"path": str(p)} for p in paths] + [{"path": str(tmp_path / "gone.jpg")}])
+    keeper = LeaseKeeper(q, "w", 30.0)
+    claimed = next(_claims(q, "w", lambda: 10, keeper))
+    read = {t.id: data for t, data in claimed.entries}
+    assert len(read) == 5
+    for t, data in claimed.entries:
+        if isinstance(data, OSError):
+            assert t.id not in claimed.digests
+        else:
+            assert claimed.digests[t.id] == hashlib.sha256(Path(t.payload["path"]).read_bytes()).hexdigest()
+    assert sum(isinstance(d, OSError) for d in read.values()) == 1
+    q.close()
 
 
 def test_self_check_on_cpu_and_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
