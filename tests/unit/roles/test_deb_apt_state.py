@@ -1,0 +1,83 @@
+"""deb_apt_state: apt's auto-installed marks parsed from extended_states, the lists' age the way
+ansible.builtin.apt measures it for cache_valid_time, and the module run against this machine's dpkg and apt."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.unit.roles.conftest import COMMON, _load
+
+UTILS = _load("ansible.module_utils.gpuprov_deb", COMMON / "module_utils" / "gpuprov_deb.py")
+APTSTATE = _load("ansible.module_utils.gpuprov_aptstate", COMMON / "module_utils" / "gpuprov_aptstate.py")
+
+# /var/lib/apt/extended_states as apt writes it (apt-mark auto/manual): dkms pulled in by nvidia-dkms-535,
+# gcc-12 by gcc, an i386 library, a package marked manual again (Auto-Installed: 0), and a torn last stanza.
+EXTENDED = (
+    "Package: dkms\nArchitecture: amd64\nAuto-Installed: 1\n\n"
+    "Package: gcc-12\nArchitecture: amd64\nAuto-Installed: 1\n\n"
+    "Package: libnvidia-compute-535\nArchitecture: i386\nAuto-Installed: 1\n\n"
+    "Package: make\nArchitecture: amd64\nAuto-Installed: 0\n\n"
+    "Package: python3-debian\nArchitecture: all\nAuto-Installed: 1\n\n"
+    "Package: torn\n"
+)
+
+
+def test_extended_states_lists_only_auto_marks() -> None:
+    assert APTSTATE.parse_extended_states(EXTENDED) == ["dkms", "gcc-12", "libnvidia-compute-535",
+                                                        "python3-debian"]
+    # keyed like parse_dpkg_query: with the native architecture a foreign one is qualified
+    assert "libnvidia-compute-535:i386" in APTSTATE.parse_extended_states(EXTENDED, "amd64")
+    assert "make" not in APTSTATE.parse_extended_states(EXTENDED, "amd64")
+    assert APTSTATE.parse_extended_states("") == []
+
+
+def test_lists_mtime_prefers_the_success_stamp(tmp_path: Path) -> None:
+    lists, stamp = tmp_path / "lists", tmp_path / "update-success-stamp"
+    assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0  # never refreshed
+    lists.mkdir()
+    os.utime(lists, (1_000_000, 1_000_000))
+    assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 1_000_000
+    stamp.write_text("")
+    os.utime(stamp, (2_000_000, 2_000_000))
+    assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 2_000_000
+
+
+def test_lists_age() -> None:
+    assert APTSTATE.lists_age(5000.0, 0.0) is None
+    assert APTSTATE.lists_age(5000.0, 1399.96) == 3600.0
+    assert APTSTATE.lists_age(5000.0, 5010.0) == -10.0  # clock behind the files: fresh, as for apt
+
+
+@pytest.fixture(scope="module")
+def module() -> ModuleType:
+    return _load("gpuprov_deb_apt_state", COMMON / "library" / "deb_apt_state.py")
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg-query")
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_reads_this_machine(module: ModuleType, capsys: pytest.CaptureFixture[str], check_mode: bool) -> None:
+    args = {"_ansible_check_mode": check_mode}
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        module.main()
+    assert exc.value.code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] is False
+    # dpkg itself is installed on any host that has dpkg-query, at the version dpkg-query reports for it
+    assert result["versions"]["dpkg"] == UTILS.parse_dpkg_query(
+        os.popen("dpkg-query -W -f '${Package}\\t${Architecture}\\t${Version}\\t${Status}\\n' dpkg").read()
+    )["dpkg"]["version"]
+    assert result["selections"]["dpkg"] in ("install", "hold")
+    assert set(result["auto_installed"]) <= set(result["versions"])
+    mtime = APTSTATE.lists_mtime()
+    if mtime:
+        assert abs(result["apt_lists_age_s"] - (time.time() - mtime)) < 60
+    else:
+        assert result["apt_lists_age_s"] is None
