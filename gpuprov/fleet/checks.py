@@ -85,7 +85,7 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
 
 #: Driver methods the nvidia_driver role carries out today; the others are refused here, before any host is
 #: touched, instead of by the role after bios_check, nouveau and hwe_kernel have run (issue 5 tracks them).
-IMPLEMENTED_METHODS = ("cuda-repo",)
+IMPLEMENTED_METHODS = ("cuda-repo", "distro")
 
 
 def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
@@ -93,7 +93,8 @@ def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
     method = drv["method"]
     if method not in IMPLEMENTED_METHODS:
         ctx.fail(("driver", "method"), f"driver method {method} is not implemented yet",
-                 f"use method {' or '.join(IMPLEMENTED_METHODS)} (NVIDIA's CUDA repository or your mirror of it)")
+                 f"use method {' or '.join(IMPLEMENTED_METHODS)} (NVIDIA's CUDA repository or your mirror of it, "
+                 "or the distribution's own packages)")
     if method == "ubuntu-drivers" and m.os[os_name].family != "ubuntu":
         ctx.fail(("driver", "method"), f"ubuntu-drivers exists only on Ubuntu, not on {os_name}",
                  "use method cuda-repo (or distro)")

@@ -241,10 +241,13 @@ def test_b08_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> Non
     refused = host.play(gpuprov_driver_branch="550", gpuprov_gpus_nvswitch="true")
     assert refused.failed_hosts == [host.name]
     message = host.failures(refused)
-    assert "nvidia-driver-535" in message and "nvidia_driver_branch_change_ok=true" in message
+    assert "nvidia-driver-535" in message
+    assert "driver.allow_branch_change: true" in message and "--allow-branch-change" in message
+    assert "nvidia_driver_branch_change_ok=true" in message
     assert host.versions() == before
 
-    check = _ok(host, host.play(check=True, gpuprov_driver_branch="550", nvidia_driver_branch_change_ok="true",
+    # the fleet route: driver.allow_branch_change renders to gpuprov_driver_allow_branch_change
+    check = _ok(host, host.play(check=True, gpuprov_driver_branch="550", gpuprov_driver_allow_branch_change="true",
                                 gpuprov_gpus_nvswitch="true"))
     assert check.hosts[host.name].changed > 0
     assert host.versions() == before
