@@ -67,9 +67,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def serve(directory: Path) -> Iterator[str]:
-    """Serve ``directory`` on 127.0.0.1 (a free port) while the generator is open; yield its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
+def serve(directory: Path, handler: type[http.server.SimpleHTTPRequestHandler] = _Quiet) -> Iterator[str]:
+    """Serve ``directory`` on 127.0.0.1 (a free port) with ``handler`` while the generator is open; yield its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -296,15 +296,7 @@ def serve_with_basic_auth(directory: Path, user: str, password: str) -> Iterator
     """Like :func:`serve`, but every request needs HTTP basic auth as ``user``/``password``."""
     _BasicAuth.expected = base64.b64encode(f"{user}:{password}".encode()).decode()
     _BasicAuth.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_BasicAuth, directory=str(directory)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from serve(directory, _BasicAuth)
 
 
 def test_credentialed_mirror_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
