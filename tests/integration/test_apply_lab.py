@@ -2,7 +2,8 @@
 eight NVSwitch-connected A100s), reached over SSH
 with host-key checking on: check on fresh hosts reports drift (1), apply converges (0), a second apply
 changes nothing, check is then clean (0), a package removed by hand shows in check's drift report and is
-gone after a re-apply, and with one host stopped apply finishes the other and exits 3 with the retry command."""
+gone after a re-apply, with one host stopped apply finishes the other and exits 3 with the retry command, and
+(last) a driver branch change made in the fleet file moves both hosts once it is confirmed there."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -142,3 +144,56 @@ def test_no_secret_in_run_records(lab: tuple[Path, dict[str, str]]) -> None:
     state = Path(env["GPUPROV_STATE_DIR"])
     leaks = [p for p in state.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaks == []
+
+
+def _driver_packages(container: str) -> dict[str, tuple[str, bool]]:
+    """``{package: (version, held)}`` of the installed NVIDIA driver set in ``container`` (dpkg's own view)."""
+    listed = subprocess.run(["docker", "exec", container, "dpkg-query", "-W", "-f",
+                             "${Package} ${Version} ${db:Status-Abbrev}\n"],
+                            capture_output=True, text=True, check=True).stdout
+    holds = set(subprocess.run(["docker", "exec", container, "apt-mark", "showhold"],
+                               capture_output=True, text=True, check=True).stdout.split())
+    return {name: (version, name in holds) for name, version, status in
+            (line.split(maxsplit=2) for line in listed.splitlines())
+            if status[1:2] == "i" and name.startswith(("nvidia-", "libnvidia-"))}  # "ii", or "hi" when held
+
+
+def test_branch_change_from_the_fleet_file(lab: tuple[Path, dict[str, str]]) -> None:
+    """Issue #5 and case B08 through the fleet file: ``driver.branch: "550"`` (the lab's ``auto`` is 580 on
+    Debian 12, 570 on the 20.04 stand-in) stops with the plan until ``driver.allow_branch_change`` confirms it;
+    then apply moves both hosts to 550 with the whole driver set (Fabric Manager included) held at that version,
+    and a re-run changes nothing.
+
+    Runs last: the lab is left on branch 550."""
+    fleet, env = lab
+    cwd = fleet.parent
+    hosts = json.loads(gpuprov("lab", "status", "--json", env=env, cwd=cwd).stdout)["hosts"]
+    before = {h["name"]: _driver_packages(h["container"]) for h in hosts}
+    assert all(pkgs and not any(v.startswith("550.") for v, _ in pkgs.values()) for pkgs in before.values()), before
+
+    document = yaml.safe_load(fleet.read_text())
+    document["settings"]["driver"] = dict(document["settings"].get("driver") or {}, branch="550")
+    moved_fleet = fleet.with_name("lab-550.yml")
+    moved_fleet.write_text(yaml.safe_dump(document, sort_keys=False))
+    refused = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", env=env, cwd=cwd)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert "allow_branch_change" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    assert {h["name"]: _driver_packages(h["container"]) for h in hosts} == before
+
+    document["settings"]["driver"]["allow_branch_change"] = True
+    moved_fleet.write_text(yaml.safe_dump(document, sort_keys=False))
+    moved = gpuprov("apply", str(moved_fleet), "--json", str(cwd / "moved.json"), env=env, cwd=cwd)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    for host in hosts:
+        packages = _driver_packages(host["container"])
+        assert any(name.startswith("nvidia-driver-550") for name in packages), packages
+        assert any(name.startswith("nvidia-fabricmanager-550") for name in packages), packages
+        coupled = {name: value for name, value in packages.items()
+                   if name.startswith(("nvidia-driver-", "nvidia-dkms-", "libnvidia-compute-",
+                                       "nvidia-fabricmanager-", "nvidia-utils-"))}
+        assert coupled and all(v.startswith("550.") and held for v, held in coupled.values()), coupled
+
+    again = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", "--json", str(cwd / "again.json"),
+                    env=env, cwd=cwd)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert {name: h["changed"] for name, h in _summary(cwd / "again.json").items()} == {h["name"]: 0 for h in hosts}
