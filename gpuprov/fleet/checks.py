@@ -147,6 +147,12 @@ def _resolve_branch(
         branch = branch_of(version)
         ctx.resolve(s, ("driver", "branch"), branch, f"branch of driver.version {version}")
     elif branch == "auto":
+        entry = m.os.get(s["os"])
+        if drv["method"] == "distro" and entry is not None and entry.distro_branches is None:
+            ctx.fail(("driver", "branch"), f"driver.branch auto with method distro: {s['os']}'s archive carries "
+                     "several nvidia-driver-<branch>-server branches and gpuprov does not know which",
+                     'name one in driver.branch, e.g. "570"')
+            return None
         picked = _pick_branch(m, s, gpu, cuda_ok)
         if picked is None:
             ctx.fail(("driver", "branch"), "no driver branch in the matrix fits this host's OS, GPU and CUDA",
