@@ -381,12 +381,13 @@ class _SignalStop:
         strays = [pid for pid, start in self._seen.items() if table.get(pid, (0, -1))[1] == start]
         names = {pid: _command(pid) for pid in strays}
         left = list(strays)
+        signals_before = self.count
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
             deadline = time.monotonic() + (STRAY_GRACE_S if sig == signal.SIGTERM else 0.0)
-            while left and time.monotonic() < deadline:
+            while left and time.monotonic() < deadline and self.count == signals_before:
                 time.sleep(0.1)
                 table = _process_table()
                 left = [pid for pid in left if table.get(pid, (0, -1))[1] == self._seen[pid]]
@@ -487,11 +488,15 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             quiet=True,
         )
     finally:
-        stop.restore()
-        _scrub_command_file(request.run_dir / "artifacts" / ident)
-        stop.end_strays()
+        # gpuprov's handlers stay in place until the strays are gone: a second Ctrl-C during the clean-up only
+        # shortens it (SIGKILL at once) instead of killing gpuprov and leaving them behind
+        try:
+            _scrub_command_file(request.run_dir / "artifacts" / ident)
+            stop.end_strays()
+        finally:
+            stop.restore()
     finished = dt.datetime.now(dt.timezone.utc)
-    if stop.signal is not None and (runner.status == "canceled" or stop.forwarded):
+    if stop.signal is not None:  # also a signal that came after ansible-playbook ended: the user asked to stop
         code = 143 if stop.signal == signal.SIGTERM else 130
         raise Interrupted(f"interrupted by {signal.Signals(stop.signal or signal.SIGINT).name}: ansible-playbook "
                           f"and its connections were stopped; run record: {request.run_dir}", exit_code=code)

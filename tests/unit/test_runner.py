@@ -175,13 +175,20 @@ sys.exit(0)
 NEW_SESSION = "setsid sh -c 'trap \"\" INT; sleep 300'"
 
 
-@pytest.mark.parametrize(("signum", "code", "command"), [
-    (signal.SIGINT, 130, "sleep 300"), (signal.SIGTERM, 143, "sleep 300"), (signal.SIGINT, 130, NEW_SESSION)])
-def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code: int, command: str) -> None:
+#: As :data:`NEW_SESSION`, ignoring SIGTERM too: gpuprov's clean-up has to wait for it, then SIGKILL it.
+STUBBORN = "setsid sh -c 'trap \"\" INT TERM; sleep 300'"
+
+
+@pytest.mark.parametrize(("signum", "code", "command", "second"), [
+    (signal.SIGINT, 130, "sleep 300", None), (signal.SIGTERM, 143, "sleep 300", None),
+    (signal.SIGINT, 130, NEW_SESSION, None), (signal.SIGINT, 143, STUBBORN, signal.SIGTERM)])
+def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code: int, command: str,
+                                              second: int | None) -> None:
     """Ctrl-C / SIGTERM to gpuprov during ``sleep 300`` on a local-connection host: gpuprov exits 130 / 143
     and no process of the run is left - not ansible-playbook, not its workers (which run in sessions of
     their own, out of reach of ansible-runner's killpg), not the module nor its ``sleep 300``, nor a process
-    in a new session that ignores the SIGINT."""
+    in a new session that ignores the SIGINT; a ``second`` signal during gpuprov's clean-up of such a process
+    only hastens it."""
     request = _request(tmp_path, {"good": _host(tmp_path, "good")})
     play = [{"name": "Hang", "hosts": "all", "gather_facts": False,
              "tasks": [{"name": "Sleep", "ansible.builtin.command": command, "changed_when": False}]}]
@@ -201,6 +208,12 @@ def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code:
             seen.update(_process_tree(proc.pid))
         seen.update(_process_tree(proc.pid))
         proc.send_signal(signum)
+        if second is not None:  # once ansible-playbook has gone, gpuprov is ending the strays
+            while any("ansible-playbook" in args for args in _process_tree(proc.pid).values()):
+                assert time.monotonic() < deadline + 60, "ansible-playbook did not stop"
+                time.sleep(0.05)
+            time.sleep(0.3)
+            proc.send_signal(second)
         rc = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -216,7 +229,7 @@ def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code:
     # the forwarded SIGINT alone stopped them: ansible-playbook ended its workers, nothing was left to kill
     text = log.read_text(encoding="utf-8", errors="replace")
     assert "stopping ansible-playbook" in text, text
-    if command == NEW_SESSION:  # ended by gpuprov after ansible-playbook had gone
+    if command in (NEW_SESSION, STUBBORN):  # ended by gpuprov after ansible-playbook had gone
         assert "left over by ansible-playbook" in text and "sleep 300" in text, text
     else:
         assert "left over by ansible-playbook" not in text, text
