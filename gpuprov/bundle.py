@@ -173,8 +173,16 @@ def _without_userinfo(url: str) -> tuple[str, str | None, str | None]:
 def register_credentials(url: str) -> str:
     """Remember the ``user:password@`` of ``url`` for every later request under it, and return ``url`` with
     the password replaced by ``***`` (what the manifest stores and messages show). A URL without a password,
-    or with ``***`` in its place, is returned as it is."""
-    plain, user, password = _without_userinfo(url)
+    or with ``***`` in its place, is returned as it is.
+
+    Raises:
+        ConfigError: ``url`` cannot be parsed (e.g. an unclosed IPv6 bracket); the message shows it redacted.
+    """
+    try:
+        plain, user, password = _without_userinfo(url)
+    except ValueError as exc:
+        raise ConfigError(f"mirrors.cuda_repo_url {redact_credentials(url)} is not a valid URL ({exc}) - correct it "
+                          "(or the environment variable it names)") from None
     if user is None or password is None or password == REDACTED:
         return url
     _PASSWORDS.add_password(None, plain, user, password, is_authenticated=True)

@@ -28,6 +28,7 @@ def command(fleet: Path, out_dir: Path, download: bool, base_url: str) -> None:
     Exit codes: 0 bundled; 2 invalid input, a wanted package or version the repository lacks (named with its
     setting), or a download whose sha256 does not match; 4 the repository or gpg is not available.
     """
+    out_dir = out_dir.resolve()  # gpg signs from inside each repository directory: a relative homedir breaks
     from gpuprov import bundle
     from gpuprov.fleet import load_fleet
 

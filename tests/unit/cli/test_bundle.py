@@ -95,3 +95,26 @@ def test_mirror_credentials_never_reach_the_output(tmp_path: Path, capsys: pytes
     captured = capsys.readouterr()
     assert secret not in captured.out + captured.err
     assert "http://user:***@127.0.0.1:9/x/" in captured.err
+
+
+def test_relative_output_directory_is_signed(standin_repo: tuple[Path, str], tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-o out`` relative to the working directory: gpg signs from inside each repository directory, so a
+    relative key home would not be found there (break-it F7)."""
+    _, url = standin_repo
+    fleet = write_fleet(tmp_path, url)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bundle", str(fleet), "-o", "relative-out"]) == 0
+    assert (tmp_path / "relative-out" / "debian12" / "InRelease").read_text(encoding="utf-8").startswith(
+        "-----BEGIN PGP SIGNED MESSAGE-----")
+
+
+def test_malformed_mirror_url_exits_2_without_the_password(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "MirrorSecret88"
+    monkeypatch.setenv("GPUPROV_TEST_MIRROR", f"http://user:{secret}@[::1/x/")
+    fleet = write_fleet(tmp_path, "unused", mirrors={"cuda_repo_url": {"env": "GPUPROV_TEST_MIRROR"}})
+    assert main(["bundle", str(fleet), "-o", str(tmp_path / "out"), "--no-download"]) == 2
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    assert "mirrors.cuda_repo_url" in captured.err and "not a valid URL" in captured.err
