@@ -181,6 +181,10 @@ class _Validator:
             if entry is not None and entry.key is not None:
                 named.append((("hosts", name, "key"), entry.key, "SSH private key"))
         for path, value, what in named:
+            if not value.startswith("~") and not Path(value).is_absolute():
+                self.fail(path, f"{what} {value} is a relative path, and ansible-playbook runs in gpuprov's run "
+                          "directory, not here", "write an absolute path or one under ~/")
+                continue
             problem = local_file_problem(value)
             if problem is not None:
                 fix = ("correct the path to the private key the hosts authorize" if what.startswith("SSH")

@@ -117,3 +117,18 @@ def test_local_file_problem_kinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert local_file_problem(str(tmp_path / "key")) == expected
     finally:
         (tmp_path / "key").chmod(0o600)
+
+
+def test_relative_ssh_paths_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-playbook runs in gpuprov's run directory, so a relative key path that exists here would not be
+    found there: validate names the field and asks for an absolute or ~/ path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "id").write_text("k", encoding="utf-8")
+    (tmp_path / "kh").write_text("h", encoding="utf-8")
+    path = _ssh_fleet(tmp_path, "key: keys/id, known_hosts: kh")
+    with pytest.raises(FleetValidationError) as info:
+        load_fleet(path, check_files=True)
+    got = {p.path: p.problem for p in info.value.problems}
+    assert set(got) == {"ssh.key", "ssh.known_hosts"}
+    assert all("relative path" in problem for problem in got.values()), got
