@@ -12,6 +12,7 @@ See docs/queues.md.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -46,6 +47,18 @@ __all__ = [
 ]
 
 
+def _is_sqlite_queue(path: Path) -> bool:
+    """Whether ``path`` is a sqlite database holding a gpuprov queue (its ``meta`` table names a schema); read
+    through a read-only connection, so another application's database or an empty file is not changed."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
 def open_queue(url: str, *, create: bool = True) -> Queue:
     """Open the queue at ``url`` (creating it if needed, unless ``create`` is False); see the module
     docstring for the forms.
@@ -70,6 +83,8 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
             raise QueueURLError(f"{url}: expected sqlite:///abs/path.db or sqlite:relative/path.db")
         if not create and not Path(path).is_file():
             raise QueueMissing(f"{url}: no queue at {path}; `gpuprov images submit` creates it")
+        if not create and not _is_sqlite_queue(Path(path)):
+            raise QueueMissing(f"{url}: {path} is not a gpuprov queue (left untouched); check the path")
         return SqliteQueue(Path(path), max_attempts=max_attempts, lease_s=lease_s)
     if parts.scheme in ("redis", "rediss", "unix"):
         import redis

@@ -90,3 +90,21 @@ def test_open_without_create_refuses_a_missing_sqlite_queue(where: str, tmp_path
         q = open_queue(f"sqlite:///{path}", create=False)
         assert q.stats().total == 0
         q.close()
+
+
+def test_open_without_create_leaves_a_database_that_is_not_a_queue_untouched(tmp_path: Path) -> None:
+    """``images status`` on another application's sqlite file (or an empty file): exit 2, the file unchanged -
+    no queue tables, no WAL switch."""
+    import sqlite3
+
+    other, empty = tmp_path / "other.db", tmp_path / "empty.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x)")
+    db.close()
+    empty.write_bytes(b"")
+    for path in (other, empty):
+        before = path.read_bytes()
+        with pytest.raises(QueueMissing, match="is not a gpuprov queue") as err:
+            open_queue(f"sqlite:///{path}", create=False)
+        assert err.value.exit_code == EXIT_USAGE
+        assert path.read_bytes() == before and not path.with_name(path.name + "-wal").exists()
