@@ -55,7 +55,8 @@ def run_extravars(extravars: tuple[str, ...], allow_branch_change: bool) -> list
         return pairs
     for pair in pairs:
         key, _, value = pair.partition("=")
-        if key == BRANCH_CHANGE_VAR and value.strip().lower() not in ("true", "yes", "1", "on"):
+        # Ansible's own true values (ansible.module_utils.parsing.convert_bool.BOOLEANS_TRUE)
+        if key == BRANCH_CHANGE_VAR and value.strip().lower() not in ("y", "yes", "on", "1", "true", "t"):
             raise ConfigError(f"--allow-branch-change contradicts -e {pair} - give one of them")
     return [*pairs, f"{BRANCH_CHANGE_VAR}=true"]
 

@@ -46,7 +46,8 @@ def test_b08_flag_contradicted_by_extra_var_exits_2(runs: list[ApplyOptions],
     code = main(["apply", str(FLEET), "--allow-branch-change", "-e", "nvidia_driver_branch_change_ok=false"])
     assert code == 2 and not runs
     assert "--allow-branch-change contradicts -e nvidia_driver_branch_change_ok=false" in capsys.readouterr().err
-    assert main(["apply", str(FLEET), "--allow-branch-change", "-e", "nvidia_driver_branch_change_ok=true"]) == 0
+    for true in ("true", "y", "T"):  # any of Ansible's true spellings agrees with the flag
+        assert main(["apply", str(FLEET), "--allow-branch-change", "-e", f"nvidia_driver_branch_change_ok={true}"]) == 0
 
 
 def test_b08_flag_is_in_the_help() -> None:
