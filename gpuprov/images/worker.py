@@ -108,12 +108,14 @@ def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slo
         return cpu
     if gpus == "all":
         return found
-    picked = []
+    picked: list[Slot] = []
     for token in gpus.split(","):
         match = [s for s in found if token.strip() in (s.name[3:], s.uuid)]
         if not match:
             raise ConfigError(f"--gpus {gpus}: no GPU {token!r}; NVML sees {', '.join(s.name for s in found)}")
-        picked.extend(match)
+        # one GPU named twice (``0,0`` or its index and its UUID) is still one GPU: a second set of processes
+        # on it would each assume they split its memory with --procs-per-gpu others only
+        picked.extend(s for s in match if s not in picked)
     return picked
 
 

@@ -59,6 +59,8 @@ def test_slots_pin_by_uuid_in_bus_order() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-0a01" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert resolve_slots("GPU-d150", nvml=FakeNVML())[0].name == "gpu0"
     assert len(resolve_slots("all", nvml=FakeNVML())) == 3
+    # one GPU named twice, by index or by index and UUID, is one slot
+    assert [s.name for s in resolve_slots("0,0,GPU-d150,1", nvml=FakeNVML())] == ["gpu0", "gpu1"]
     with pytest.raises(ConfigError):
         resolve_slots("7", nvml=FakeNVML())
     assert [s.name for s in resolve_slots("cpu", cpu_workers=2)] == ["cpu0", "cpu1"]
