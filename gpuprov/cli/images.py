@@ -75,9 +75,9 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
     """Queue images from files, folders, globs or manifests (idempotent per path)."""
     from gpuprov.images.queue import open_queue
 
+    payloads = [{"path": str(p)} for p in expand_sources(sources)]  # bad sources: exit 2 before a queue exists
     queue = open_queue(url)
     try:
-        payloads = [{"path": str(p)} for p in expand_sources(sources)]
         added = queue.submit(payloads)
         click.echo(f"{added} new of {len(payloads)} images queued; {queue.stats().open} open")
     finally:

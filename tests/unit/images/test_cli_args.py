@@ -38,3 +38,11 @@ def test_status_of_a_missing_queue_exits_2_and_creates_nothing(tmp_path: Path,
         err = capsys.readouterr().err
         assert "no queue at" in err and "Traceback" not in err
         assert not queue.exists() and not queue.parent.joinpath(queue.name + "-wal").exists()
+
+
+def test_submit_of_a_missing_source_exits_2_before_creating_the_queue(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    queue = tmp_path / "q.db"
+    assert main(["images", "submit", "--queue", f"sqlite:///{queue}", str(tmp_path / "no" / "such")]) == 2
+    assert "no such file, folder or matching glob" in capsys.readouterr().err
+    assert not queue.exists()
