@@ -14,6 +14,7 @@ Exit codes: 0 done (failed images are listed in ``OUT/failures.jsonl`` and count
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import signal
 import sys
@@ -54,6 +55,22 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
             if not matches:
                 raise ConfigError(f"{src}: no such file, folder or matching glob")
             yield from (Path(m).resolve() for m in matches if Path(m).is_file())
+
+
+def _check_run_options(task: str | None, model: Path | None, batch: str) -> None:
+    """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given and batch is auto or N > 0."""
+    if (task is None) == (model is None):
+        raise ConfigError("give exactly one of --task NAME or --model PATH")
+    if batch != "auto" and not (batch.isdigit() and int(batch) > 0):
+        raise ConfigError(f"--batch {batch}: expected auto or a positive number")
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` (dotted) can be imported, without importing it; a missing parent package is False."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _exit_on_sigterm(follow: bool) -> None:
@@ -120,12 +137,13 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, write_manifest
 
-    if (task is None) == (model is None):
-        raise ConfigError("give exactly one of --task NAME or --model PATH")
-    if batch != "auto" and not (batch.isdigit() and int(batch) > 0):
-        raise ConfigError(f"--batch {batch}: expected auto or a positive number")
+    _check_run_options(task, model, batch)
     out.mkdir(parents=True, exist_ok=True)
     slots = resolve_slots(gpus, cpu_workers)
+    if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
+        # checked here, not in each worker, where it would surface as "worker exited with 2"
+        raise ConfigError("--jpeg nvimgcodec: nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13); "
+                          "use --jpeg auto to fall back to torchvision's nvJPEG")
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
                         None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
                         jpeg=jpeg)  # fmt: skip

@@ -46,3 +46,16 @@ def test_submit_of_a_missing_source_exits_2_before_creating_the_queue(tmp_path: 
     assert main(["images", "submit", "--queue", f"sqlite:///{queue}", str(tmp_path / "no" / "such")]) == 2
     assert "no such file, folder or matching glob" in capsys.readouterr().err
     assert not queue.exists()
+
+
+def test_nvimgcodec_without_the_package_exits_2_before_workers_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuprov.images import worker
+
+    monkeypatch.setattr(worker, "resolve_slots", lambda gpus, cpu_workers: [worker.Slot("gpu0", "GPU-x", "0:1")])
+    monkeypatch.setattr(worker, "supervise", lambda *a, **k: pytest.fail("workers started"))
+    monkeypatch.setattr("gpuprov.cli.images._installed", lambda module: False)
+    code = main(["images", "run", "--queue", f"sqlite:///{tmp_path / 'q.db'}", "--out", str(tmp_path / "out"),
+                 "--task", "stats", "--jpeg", "nvimgcodec"])
+    assert code == 2
+    assert "--jpeg nvimgcodec: nvImageCodec is not installed" in capsys.readouterr().err
