@@ -185,6 +185,10 @@ class _Validator:
                 self.fail(path, f"{what} {value} is a relative path, and ansible-playbook runs in gpuprov's run "
                           "directory, not here", "write an absolute path or one under ~/")
                 continue
+            if what == "known_hosts file" and any(c.isspace() for c in value):
+                self.fail(path, f"{what} {value!r} has whitespace, which ssh's UserKnownHostsFile reads as a list of "
+                          "files", "use a path without spaces")
+                continue
             problem = local_file_problem(value)
             if problem is not None:
                 fix = ("correct the path to the private key the hosts authorize" if what.startswith("SSH")

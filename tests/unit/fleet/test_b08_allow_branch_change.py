@@ -132,3 +132,14 @@ def test_relative_ssh_paths_are_refused(tmp_path: Path, monkeypatch: pytest.Monk
     got = {p.path: p.problem for p in info.value.problems}
     assert set(got) == {"ssh.key", "ssh.known_hosts"}
     assert all("relative path" in problem for problem in got.values()), got
+
+
+def test_known_hosts_path_with_spaces_is_refused(tmp_path: Path) -> None:
+    """ssh splits UserKnownHostsFile at whitespace (several files), so such a path cannot be passed on."""
+    spaced = tmp_path / "my hosts"
+    spaced.write_text("h", encoding="utf-8")
+    path = _ssh_fleet(tmp_path, f"known_hosts: '{spaced}'")
+    with pytest.raises(FleetValidationError) as info:
+        load_fleet(path, check_files=True)
+    assert [p.path for p in info.value.problems] == ["ssh.known_hosts"]
+    assert "whitespace" in info.value.problems[0].problem
