@@ -148,7 +148,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
                         None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
                         jpeg=jpeg)  # fmt: skip
     metrics = Metrics(metrics_port)
-    queue = open_queue(url)
+    queue = open_queue(url, create=follow)  # a one-off run on a mistyped path: exit 2, no empty queue
     console = Console(stderr=True, quiet=quiet)
     started = time.monotonic()
     last_poll = [0.0]

@@ -59,3 +59,12 @@ def test_nvimgcodec_without_the_package_exits_2_before_workers_start(tmp_path: P
                  "--task", "stats", "--jpeg", "nvimgcodec"])
     assert code == 2
     assert "--jpeg nvimgcodec: nvImageCodec is not installed" in capsys.readouterr().err
+
+
+def test_run_on_a_missing_queue_exits_2_without_creating_it(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    queue = tmp_path / "typo.db"
+    code = main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", str(tmp_path / "out"), "--gpus", "cpu",
+                 "--task", "stats"])
+    assert code == 2 and "no queue at" in capsys.readouterr().err
+    assert not queue.exists()
