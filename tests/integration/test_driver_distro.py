@@ -50,8 +50,9 @@ class Host:
         return exec_ok(self.container, script)
 
     def play(self, check: bool = False, **extra: Any) -> RunResult:
-        extravars = {"nvidia_driver_running_kernel": self.kernel, "gpuprov_driver_method": "distro",
-                     "nvidia_driver_distro_repo_url": self.mirror, **extra}
+        # nvidia_driver_distro_repo_url left at its default: the archive the container's own sources name (the
+        # machine's mirror)
+        extravars = {"nvidia_driver_running_kernel": self.kernel, "gpuprov_driver_method": "distro", **extra}
         return run(self.container, "nvidia_driver.yml", self.state, extravars, check=check)
 
     def failures(self, result: RunResult) -> str:
