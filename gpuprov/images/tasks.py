@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,13 +152,16 @@ class ModelTask:
 
     name = "model"
 
-    def __init__(self, path: Path, device: str, *, size: int = 224, half: bool | None = None) -> None:
+    def __init__(
+        self, path: Path, device: str, *, size: int = 224, half: bool | None = None, optimize: bool = True
+    ) -> None:
         torch, _ = torch_modules()
         self.size = size
         self.device = device
         self.half = device != "cpu" if half is None else half
         self.onnx: Any = None
         self.module: Any = None
+        self.full_batch: int | None = None
         if not path.is_file():
             raise ConfigError(f"--model {path}: no such file")
         if path.suffix == ".onnx":
@@ -173,15 +177,38 @@ class ModelTask:
                 torch.backends.cudnn.benchmark = True
             if self.half:
                 module = module.half()
-            self.module = module.to(memory_format=torch.channels_last)
+            module = module.to(memory_format=torch.channels_last)
+            self.module = inference_module(module) if optimize else module
+
+    def set_full_batch(self, batch: int) -> None:
+        """The worker's batch size: shorter batches are then padded to a few fixed sizes (:meth:`padded_size`)."""
+        self.full_batch = batch
+
+    def padded_size(self, n: int) -> int:
+        """The size a batch of ``n`` runs at: with cuDNN autotuning on, every new batch size costs a
+        search over convolution algorithms (seconds for ResNet-50 at batch 1024), so a job's last,
+        shorter batch in each worker is padded up - to the next power of two up to 128, then to the
+        next multiple of 128, never beyond the worker's full batch. ``n`` itself when no full
+        batch is set (CPU, ONNX) or ``n`` is the full batch."""
+        full = self.full_batch
+        if full is None or n >= full or self.onnx is not None:
+            return n
+        bucket = 1 << (n - 1).bit_length() if n <= 128 else -(-n // 128) * 128
+        return min(full, bucket)
 
     def forward(self, batch: Any) -> Any:
         torch, _ = torch_modules()
         if self.onnx is not None:
             name = self.onnx.get_inputs()[0].name
             return torch.from_numpy(self.onnx.run(None, {name: batch.float().contiguous().cpu().numpy()})[0])
+        n = int(batch.shape[0])
+        size = self.padded_size(n)
+        if size > n:
+            batch = torch.cat([batch, batch.new_zeros((size - n, *batch.shape[1:]))]).contiguous(
+                memory_format=torch.channels_last
+            )
         with torch.inference_mode():
-            return self.module(batch)
+            return self.module(batch)[:n]
 
     def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         torch, _ = torch_modules()
@@ -194,6 +221,26 @@ class ModelTask:
             {**_shape(item), "top5": [[int(c), round(float(s), 6)] for c, s in zip(cs, ss, strict=True)]}
             for item, (cs, ss) in zip(items, pairs, strict=True)
         ]
+
+
+def inference_module(module: Any) -> Any:
+    """A TorchScript module frozen and optimised for inference, or ``module`` as it is where that fails.
+
+    ``torch.jit.optimize_for_inference`` freezes the module (parameters become constants) and folds
+    each BatchNorm into the convolution before it (and constant add/mul), so an eval-mode
+    ResNet-50 runs 53 fewer kernels per forward (one per convolution). The module must already be in eval mode, on
+    its device, in its dtype and memory format: a frozen module's constants no longer follow ``.half()``
+    or ``.to()``. Models that cannot be frozen (e.g. with attributes changed in ``forward``) are
+    used unfrozen; the reason is logged.
+    """
+    torch, _ = torch_modules()
+    try:
+        with warnings.catch_warnings():  # torch 2.10+ marks TorchScript deprecated in favour of torch.compile
+            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
+            return torch.jit.optimize_for_inference(module)
+    except Exception as exc:  # TorchScript raises RuntimeError and others for modules it cannot freeze
+        log.warning("model not frozen for inference (%s): it runs as loaded", exc)
+        return module
 
 
 def _onnx_session(path: Path, device: str) -> Any:

@@ -245,6 +245,10 @@ def _prefetch(source: Iterator[Claimed], depth: int = 2) -> Iterator[Claimed]:
         yield got
 
 
+WARMUP_SIDE = 256
+"""Side in pixels of the synthetic images a GPU worker runs one full batch of before it reports ready."""
+
+
 def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> None:
     """Process tasks until the queue is drained; ``emit`` receives progress events."""
     device = self_check(cfg.slot)
@@ -253,6 +257,11 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
     task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, out, device, size=cfg.size)
     batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share)
     backoff = Backoff(batch)
+    if device != "cpu":  # cuDNN autotunes the full batch's shapes now, not in the first job's first batch
+        backoff.run(synthetic_items(backoff.batch, device, WARMUP_SIDE, WARMUP_SIDE), task.process)
+        set_full_batch = getattr(task, "set_full_batch", None)
+        if set_full_batch is not None:
+            set_full_batch(backoff.batch)
     queue = open_queue(cfg.queue)
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
@@ -390,9 +399,12 @@ def supervise(
     slots: list[Slot],
     on_event: Callable[[SlotState, dict[str, Any]], None],
     procs_per_gpu: int | None = None,
+    stop: threading.Event | None = None,
 ) -> list[SlotState]:
     """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
-    drained, restarting workers that die. Returns one state per worker process slot."""
+    drained (``base.follow``: until ``stop`` is set), restarting workers that die. Setting ``stop`` sends
+    every worker SIGTERM and returns once they have exited (a worker stopped mid-batch leaves its tasks
+    to lease expiry). Returns one state per worker process slot."""
     states = [SlotState(s) for s in replicate(slots, procs_per_gpu)]
     lock = threading.Lock()
 
@@ -420,18 +432,28 @@ def supervise(
                 on_event(st, event)
 
     try:
-        _run_slots(states, start, base)
+        _run_slots(states, start, base, stop)
     except BaseException:  # SIGTERM (SystemExit from the CLI's handler), ^C, errors: no orphaned workers
         _stop(states)
         raise
     return states
 
 
-def _run_slots(states: list[SlotState], start: Callable[[SlotState], None], base: WorkerConfig) -> None:
+def _run_slots(
+    states: list[SlotState], start: Callable[[SlotState], None], base: WorkerConfig, stop: threading.Event | None
+) -> None:
     for st in states:
         start(st)
     while not all(st.finished for st in states):
-        time.sleep(0.2)
+        if stop is not None and stop.wait(0.2):
+            _stop(states)
+            for st in states:
+                if st.proc is not None:
+                    st.proc.wait()
+                st.finished = True
+            return
+        if stop is None:
+            time.sleep(0.2)
         for st in states:
             if st.finished or st.proc is None or (rc := st.proc.poll()) is None:
                 continue

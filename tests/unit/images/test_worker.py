@@ -177,3 +177,84 @@ def test_model_task_torchscript(tmp_path: Path) -> None:
     assert len(rows) == 3 and len(rows[0]["top5"]) == 5
     with pytest.raises(ConfigError):
         make_task("stats", tmp_path / "m.pt", tmp_path, "cpu")
+
+
+def test_model_task_is_frozen_with_batchnorm_folded_and_keeps_its_outputs(tmp_path: Path) -> None:
+    """optimize_for_inference folds each BatchNorm into its convolution; the logits stay the same."""
+    import torch
+
+    from gpuprov.images.tasks import ModelTask
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 6))  # fmt: skip
+    net[1].running_mean.uniform_(-1, 1)
+    net[1].running_var.uniform_(0.5, 2)
+    torch.jit.save(torch.jit.trace(net.eval(), torch.randn(1, 3, 16, 16)), str(tmp_path / "m.pt"))
+    frozen = ModelTask(tmp_path / "m.pt", "cpu", size=16)
+    loaded = ModelTask(tmp_path / "m.pt", "cpu", size=16, optimize=False)
+    x = torch.rand(5, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    assert "batch_norm" not in str(frozen.module.graph) and "batch_norm" in str(loaded.module.inlined_graph)
+    assert torch.allclose(frozen.forward(x), loaded.forward(x), atol=1e-5)
+
+
+def test_model_task_runs_unfrozen_when_freezing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from gpuprov.images import tasks
+
+    net = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 7)).eval()
+    torch.jit.save(torch.jit.trace(net, torch.randn(1, 3, 16, 16)), str(tmp_path / "m.pt"))
+
+    def refuse(module: Any) -> Any:
+        raise RuntimeError("cannot freeze")
+
+    monkeypatch.setattr(torch.jit, "optimize_for_inference", refuse)
+    task = tasks.ModelTask(tmp_path / "m.pt", "cpu", size=16)
+    assert task.forward(torch.rand(2, 3, 16, 16)).shape == (2, 7)
+
+
+def test_short_batches_run_padded_to_few_sizes(tmp_path: Path) -> None:
+    """A job's last short batch is padded (cuDNN autotunes each new size); rows stay one per input."""
+    import torch
+
+    from gpuprov.images.tasks import ModelTask, synthetic_items
+
+    net = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 7)).eval()
+    torch.jit.save(torch.jit.trace(net, torch.randn(1, 3, 16, 16)), str(tmp_path / "m.pt"))
+    task = ModelTask(tmp_path / "m.pt", "cpu", size=16)
+    assert task.padded_size(37) == 37  # no full batch known: as given
+    task.set_full_batch(1000)
+    sizes = {task.padded_size(n) for n in range(1, 1001)}
+    assert sizes == {1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1000}
+    assert task.padded_size(5) == 8 and task.padded_size(129) == 256 and task.padded_size(999) == 1000
+    seen: list[int] = []
+    module = task.module
+    task.module = lambda batch: seen.append(int(batch.shape[0])) or module(batch)
+    assert len(task.process(synthetic_items(5, "cpu", 20, 30))) == 5 and seen == [8]
+
+
+def test_supervise_stops_following_workers_when_asked(tmp_path: Path) -> None:
+    """A service's supervisor (follow) returns once ``stop`` is set, with every worker process ended."""
+    import threading
+
+    from gpuprov.images.worker import supervise
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    open_queue(url).close()
+    started = threading.Event()
+    stop = threading.Event()
+    cfg = WorkerConfig(url, str(tmp_path / "out"), "stats", follow=True, poll_s=0.05)
+    result: list[Any] = []
+    sup = threading.Thread(
+        target=lambda: result.append(
+            supervise(cfg, [Slot("cpu0")], lambda st, ev: ev.get("event") == "start" and started.set(), stop=stop)
+        )
+    )
+    sup.start()
+    assert started.wait(120), "the worker never reported ready"
+    stop.set()
+    sup.join(60)
+    assert not sup.is_alive()
+    (states,) = result
+    assert all(st.finished and st.proc is not None and st.proc.poll() is not None for st in states)
