@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 import struct
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -369,7 +371,52 @@ def to_unit(dec: Decoded, size: int, *, crop: bool = True) -> Any:
 CANVAS_BYTES = 1 << 30
 """Most bytes one padded canvas of :func:`crop_resize_batch` may take (1 GiB; a chunk is cut at it)."""
 MAX_SAMPLING = 8
-"""Cap on roi_align's samples per output pixel and axis (a 5640 px photo to 224 would ask for 15)."""
+"""Cap on roi_align's samples per output pixel and axis (a 5640 px photo to 224 would ask for 17)."""
+SAMPLE_SPACING = 1.5
+"""Most source pixels between two of roi_align's samples along an axis: ``ceil(crop / (1.5 * size))``
+samples per output pixel and axis. Against antialiased ``interpolate`` on the benchmark's 120 real
+photo crops (256-500 px to 224): mean absolute difference 0.0017 of full scale at 1.5 px, 0.0015 at
+1 px, which takes 9 samples where 1.5 px takes 4 and made the resize 2.2x slower (docs/benchmarks.md)."""
+
+
+def padded_canvas(imgs: Sequence[Any], dtype: Any) -> Any:
+    """Images (3,h,w) of one device, padded into one (N,3,H,W) ``dtype`` tensor in a few batched kernels.
+
+    ``torch.nested.as_nested_tensor`` packs the images into one buffer and ``to_padded_tensor`` pads
+    them with zeros to the largest height and width; then the row below and the column right of each
+    smaller image repeat its last row and column (two indexed copies for the whole canvas), so a
+    bilinear sample up to half a pixel past an image's edge sees that edge, as when the image is alone,
+    not the padding. Sources of several dtypes (8-bit and 16-bit) are packed as int32.
+    """
+    torch, _ = torch_modules()
+    device = imgs[0].device
+    src = torch.uint8 if all(img.dtype == torch.uint8 for img in imgs) else torch.int32
+    with warnings.catch_warnings():  # strided nested tensors are "prototype"; jagged ones take one ragged dim
+        warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors", category=UserWarning)
+        packed = torch.nested.as_nested_tensor([img if img.dtype == src else img.to(src) for img in imgs])
+    canvas = torch.nested.to_padded_tensor(packed.to(dtype), 0.0)
+    _, _, h, w = canvas.shape
+    for axis, limit in ((1, h), (2, w)):
+        short = [(j, int(img.shape[axis])) for j, img in enumerate(imgs) if int(img.shape[axis]) < limit]
+        if not short:
+            continue
+        which = to_device([j for j, _ in short], torch.int64, device)
+        edge = to_device([n for _, n in short], torch.int64, device)
+        if axis == 1:
+            canvas[which, :, edge, :] = canvas[which, :, edge - 1, :]
+        else:
+            canvas[which, :, :, edge] = canvas[which, :, :, edge - 1]
+    return canvas
+
+
+def to_device(values: Sequence[Any], dtype: Any, device: Any) -> Any:
+    """A small host list as a tensor on ``device`` without waiting for the device: a copy from pinned
+    memory, queued on the current stream (a pageable copy would synchronise with every kernel before)."""
+    torch, _ = torch_modules()
+    host = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def crop_resize_batch(decs: Sequence[Decoded], size: int) -> Any:
@@ -377,19 +424,20 @@ def crop_resize_batch(decs: Sequence[Decoded], size: int) -> Any:
 
     The per-image path (:func:`to_unit`, one interpolate per image) costs ~100 us of Python and
     kernel launches per image, which at batch 1024 on an H200 took longer than ResNet-50 itself
-    (docs/benchmarks.md). Here images are sorted by size, copied into padded canvases (one copy per
-    image, at most :data:`CANVAS_BYTES` per canvas), and one ``torchvision.ops.roi_align`` per canvas
-    cuts and resizes every centre square: each output pixel averages ``ceil(crop/size)``^2 bilinear
-    samples (capped at :data:`MAX_SAMPLING`), a box filter close to antialiased bilinear resizing
-    (measured on the real test photos: mean absolute difference < 0.01 of full scale).
-    Canvases are fp16 on CUDA for 8-bit sources (exact for 0..255), fp32 otherwise.
+    (docs/benchmarks.md). Here images are sorted by size and packed into padded canvases
+    (:func:`padded_canvas`, at most :data:`CANVAS_BYTES` per canvas), and one
+    ``torchvision.ops.roi_align`` per canvas cuts and resizes every centre square: each output pixel
+    averages ``ceil(crop / (SAMPLE_SPACING * size))``^2 bilinear samples (capped at
+    :data:`MAX_SAMPLING`), a box filter close to antialiased bilinear resizing (see
+    :data:`SAMPLE_SPACING`). Canvases are fp16 on CUDA for 8-bit sources (exact for
+    0..255), fp32 otherwise. The kernels launched per canvas do not grow with the number of images.
     """
     torch, torchvision = torch_modules()
     if not decs:
         raise ValueError("crop_resize_batch needs at least one image")
     device = decs[0].pixels.device
     out = torch.empty((len(decs), 3, size, size), dtype=torch.float32, device=device)
-    order = sorted(range(len(decs)), key=lambda i: tuple(decs[i].pixels.shape[1:]))
+    order = sorted(range(len(decs)), key=lambda i: (decs[i].max_value, tuple(decs[i].pixels.shape[1:])))
     chunk: list[int] = []
 
     def flush() -> None:
@@ -397,42 +445,33 @@ def crop_resize_batch(decs: Sequence[Decoded], size: int) -> Any:
             return
         wide = any(decs[i].max_value > 255 for i in chunk) or device.type == "cpu"
         dtype = torch.float32 if wide else torch.float16
-        h = max(int(decs[i].pixels.shape[1]) for i in chunk)
-        w = max(int(decs[i].pixels.shape[2]) for i in chunk)
-        canvas = torch.zeros((len(chunk), 3, h, w), dtype=dtype, device=device)
+        canvas = padded_canvas([decs[i].pixels for i in chunk], dtype)
         boxes: list[tuple[float, float, float, float, float]] = []  # one host-to-device copy per canvas
         scale: list[float] = []
         ratio = 1
         for j, i in enumerate(chunk):
-            img = decs[i].pixels
-            _, ih, iw = img.shape
-            canvas[j, :, :ih, :iw].copy_(img)
-            # edge pixels repeated once below and right: samples up to half a pixel past the image must
-            # see the image's edge (as when it is alone), not the canvas's zero padding
-            if ih < h:
-                canvas[j, :, ih, :iw].copy_(img[:, ih - 1])
-            if iw < w:
-                canvas[j, :, : min(ih + 1, h), iw].copy_(canvas[j, :, : min(ih + 1, h), iw - 1])
+            _, ih, iw = decs[i].pixels.shape
             side = min(ih, iw)
             top, left = (ih - side) // 2, (iw - side) // 2
             boxes.append((j, left, top, left + side, top + side))
             scale.append(1.0 / decs[i].max_value)
-            ratio = max(ratio, -(-side // size))
-        box_t = torch.tensor(boxes, dtype=torch.float32).to(device=device, dtype=dtype, non_blocking=True)
+            ratio = max(ratio, math.ceil(side / (SAMPLE_SPACING * size)))
+        box_t = to_device(boxes, torch.float32, device).to(dtype)
         units = torchvision.ops.roi_align(canvas, box_t, output_size=(size, size),
                                           sampling_ratio=min(ratio, MAX_SAMPLING), aligned=True)  # fmt: skip
-        index = torch.tensor(chunk, device=device)
-        scale_t = torch.tensor(scale, dtype=torch.float32).view(-1, 1, 1, 1).to(device, non_blocking=True)
+        index = to_device(chunk, torch.int64, device)
+        scale_t = to_device(scale, torch.float32, device).view(-1, 1, 1, 1)
         out.index_copy_(0, index, units.float().mul_(scale_t))
         chunk.clear()
 
+    rows = cols = 0  # the current chunk's canvas height and width
     for i in order:
-        _, ih, iw = decs[i].pixels.shape
-        rows = max([ih] + [int(decs[k].pixels.shape[1]) for k in chunk[-1:]])
-        cols = max([iw] + [int(decs[k].pixels.shape[2]) for k in chunk[-1:]])
-        if chunk and (len(chunk) + 1) * 3 * rows * cols * 4 > CANVAS_BYTES:
+        _, ih, iw = (int(n) for n in decs[i].pixels.shape)
+        if chunk and (len(chunk) + 1) * 3 * max(rows, ih) * max(cols, iw) * 4 > CANVAS_BYTES:
             flush()
+            rows = cols = 0
         chunk.append(i)
+        rows, cols = max(rows, ih), max(cols, iw)
     flush()
     return out
 

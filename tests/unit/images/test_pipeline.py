@@ -163,3 +163,21 @@ def test_nvimgcodec_decoder_is_none_without_the_package(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(pipeline.importlib, "import_module", no_nvimgcodec)
     assert pipeline.nvimgcodec_decoder(2) is None
+
+
+def test_padded_canvas_repeats_each_images_last_row_and_column() -> None:
+    """Images of several sizes and dtypes in one canvas: each at its place, its edge repeated once past it."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    imgs = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen) for h, w in [(5, 7), (4, 9), (6, 6)]]
+    imgs.append(torch.randint(0, 65536, (3, 3, 3), dtype=torch.int32, generator=gen))
+    canvas = pipeline.padded_canvas(imgs, torch.float32)
+    assert tuple(canvas.shape) == (4, 3, 6, 9)
+    for j, img in enumerate(imgs):
+        _, h, w = img.shape
+        assert torch.equal(canvas[j, :, :h, :w], img.float())
+        if h < 6:
+            assert torch.equal(canvas[j, :, h, :w], img[:, h - 1].float())
+        if w < 9:
+            assert torch.equal(canvas[j, :, : h + 1, w], canvas[j, :, : h + 1, w - 1])
