@@ -149,14 +149,22 @@ class Sampler:
 
 
 def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int, procs: int = 1,
-            jpeg: str = "torchvision") -> dict[str, Any]:  # fmt: skip
+            jpeg: str = "torchvision", warm: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One run of ``gpuprov images`` workers over ``n`` images; rates in images/s.
+
+    Cold (default): the tasks are queued first, then the workers start; ``end_to_end`` = n / wall
+    time including process start, imports, model load and the batch probe. ``warm``: the workers
+    start as services do (``follow``) on an empty queue; once every one has reported ready, the
+    images are submitted and ``job`` = n / the time from submit to the last result committed - what a
+    job gets from provisioned workers (the image_workers role's services).
+    """
     from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
 
-    model_file = work / "resnet50.pt"
-    if not model_file.exists():
-        m = torchvision.models.resnet50(weights=None).eval()
-        torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(model_file))
+    if warm:
+        return _warm(paths, n, gpus, work, batch, threads, procs, jpeg)
+
+    model_file = _model_file(work)
     url = f"sqlite:///{work}/q-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"
     q = open_queue(url)
     q.submit({"path": str(paths[i % len(paths)]), "key": f"{i}"} for i in range(n))
@@ -201,6 +209,56 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
             "jpeg": jpeg, "util": sampler.summary(), "workers": last}  # fmt: skip
 
 
+def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int, procs: int,
+          jpeg: str) -> dict[str, Any]:  # fmt: skip
+    from gpuprov.images.queue import open_queue
+    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
+
+    model_file = _model_file(work)
+    url = f"sqlite:///{work}/warm-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"
+    slots = resolve_slots(gpus, cpu_workers=1)
+    ready = threading.Semaphore(0)
+    stop = threading.Event()
+    cfg = WorkerConfig(url, str(work / f"warm-out-{gpus}-p{procs}-{jpeg}"), None, str(model_file),
+                       None if batch == "auto" else int(batch), 224, 120.0, threads, follow=True, poll_s=0.05,
+                       jpeg=jpeg)  # fmt: skip
+
+    def on_event(st: SlotState, event: dict[str, Any]) -> None:
+        if event.get("event") == "start":
+            ready.release()
+
+    open_queue(url).close()  # the empty queue the services wait on
+    sup = threading.Thread(target=supervise, args=(cfg, slots, on_event), kwargs={"procs_per_gpu": procs, "stop": stop})
+    t_start = time.perf_counter()
+    sup.start()
+    workers = len(slots) * (procs if gpus != "cpu" else 1)
+    for _ in range(workers):
+        ready.acquire()
+    ready_s = time.perf_counter() - t_start
+    time.sleep(1.0)  # every worker is polling the empty queue
+    q = open_queue(url)
+    with Sampler() as sampler:
+        t0 = time.perf_counter()
+        q.submit({"path": str(paths[i % len(paths)]), "key": f"{i}"} for i in range(n))
+        submit_s = time.perf_counter() - t0
+        while (st := q.stats()).done + st.dead < n:
+            time.sleep(0.05)
+        job_s = time.perf_counter() - t0
+    stop.set()
+    sup.join()
+    q.close()
+    return {"job": n / job_s, "job_s": job_s, "submit_s": submit_s, "ready_s": ready_s, "slots": len(slots),
+            "procs_per_gpu": procs, "jpeg": jpeg, "util": sampler.summary()}  # fmt: skip
+
+
+def _model_file(work: Path) -> Path:
+    model_file = work / "resnet50.pt"
+    if not model_file.exists():
+        m = torchvision.models.resnet50(weights=None).eval()
+        torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(model_file))
+    return model_file
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, required=True)
@@ -212,6 +270,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--procs", default="1", help="worker processes per GPU, a comma list: one run each")
     ap.add_argument("--jpeg", default="torchvision", help="baseline JPEG decoders, a comma list: one run each")
+    ap.add_argument("--warm", action="store_true", help="also time a job on warm (already started) workers")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     paths = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
@@ -242,6 +301,12 @@ def main() -> None:
                     res[key] = r = gpuprov(paths, n, gpus, work, args.batch, args.threads, procs, jpeg)
                     print(f"{key}   {r['steady']:10.1f} img/s steady, {r['end_to_end']:.1f} end to end"
                           f" ({r['wall_s']:.1f} s) util {r['util']}", flush=True)  # fmt: skip
+                    if args.warm:
+                        res[key + "-warm"] = w = gpuprov(paths, n, gpus, work, args.batch, args.threads, procs, jpeg,
+                                                         warm=True)  # fmt: skip
+                        print(f"{key}-warm   {w['job']:10.1f} img/s for a job on ready workers ({w['job_s']:.1f} s,"
+                              f" submit {w['submit_s']:.1f} s; ready after {w['ready_s']:.1f} s) util {w['util']}",
+                              flush=True)  # fmt: skip
                     if args.json:
                         args.json.write_text(json.dumps(res, indent=2))
     if "gpuprov1" in res:

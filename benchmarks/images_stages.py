@@ -1,0 +1,146 @@
+"""Where one worker's time goes: each stage of a batch, host time and device time, on one device.
+
+Stages, as a worker runs them on a batch of ``--batch`` images read from ``--data``: ``decode``
+(:class:`gpuprov.images.pipeline.Decoder`), ``resize`` (:func:`crop_resize_batch`), ``normalise``,
+``model`` (ResNet-50 TorchScript, random weights, fp16 channels_last on CUDA; ``--variants`` runs it as
+loaded and frozen for inference) and ``top5`` (softmax, topk and the copy to the host). For each stage:
+host ms = the time Python takes to issue it (no synchronisation), device ms = CUDA events around it;
+medians of ``--repeats`` batches after ``--warmup``. ``pipeline`` then runs whole batches back to
+back with one synchronisation at the end: one process's images/s with nothing else in its way.
+
+    python benchmarks/images_stages.py --data .benchdata --batch 1024 --json stages.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuprov.images.pipeline import Decoder, crop_resize_batch, normalise
+from gpuprov.images.tasks import ModelTask
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _model_file(work: Path) -> Path:
+    path = work / "resnet50.pt"
+    if not path.exists():
+        m = torchvision.models.resnet50(weights=None).eval()
+        torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(path))
+    return path
+
+
+def _one_batch(blobs: list[bytes], task: ModelTask, decoder: Decoder) -> list[tuple[str, float, Any, Any]]:
+    """Run one batch stage by stage: (stage, host seconds, start event, end event) per stage."""
+    cuda = DEVICE == "cuda"
+    marks: list[tuple[str, float, Any, Any]] = []
+    state: dict[str, Any] = {}
+
+    def top5(logits: Any) -> Any:
+        scores, classes = torch.softmax(logits.float(), dim=1).topk(5)
+        return classes.cpu().tolist(), scores.cpu().tolist()
+
+    steps = (
+        ("decode", lambda: decoder.decode(blobs)),
+        ("resize", lambda: crop_resize_batch(state["decode"], task.size)),
+        ("normalise", lambda: normalise(state["resize"], half=task.half)),
+        ("model", lambda: task.forward(state["normalise"])),
+        ("top5", lambda: top5(state["model"])),
+    )
+    for name, fn in steps:
+        start = torch.cuda.Event(enable_timing=True) if cuda else None
+        end = torch.cuda.Event(enable_timing=True) if cuda else None
+        if start is not None:
+            start.record()
+        t0 = time.perf_counter()
+        state[name] = fn()
+        marks.append((name, time.perf_counter() - t0, start, end))
+        if end is not None:
+            end.record()
+    if cuda:
+        torch.cuda.synchronize()
+    return marks
+
+
+def stages(blobs: list[bytes], task: ModelTask, decoder: Decoder, repeats: int, warmup: int) -> dict[str, Any]:
+    """Median host and device milliseconds per stage over ``repeats`` batches (after ``warmup``)."""
+    host: dict[str, list[float]] = {}
+    dev: dict[str, list[float]] = {}
+    for r in range(warmup + repeats):
+        marks = _one_batch(blobs, task, decoder)
+        if r < warmup:
+            continue
+        for name, host_s, start, end in marks:
+            host.setdefault(name, []).append(host_s * 1e3)
+            if start is not None:
+                dev.setdefault(name, []).append(start.elapsed_time(end))
+    out: dict[str, Any] = {}
+    for name, values in host.items():
+        out[name] = {"host_ms": round(statistics.median(values), 2)}
+        if name in dev:
+            out[name]["device_ms"] = round(statistics.median(dev[name]), 2)
+    return out
+
+
+def pipeline(blobs: list[bytes], task: ModelTask, decoder: Decoder, batches: int) -> float:
+    """Images/s of ``batches`` whole batches back to back in this process (one sync at the end)."""
+    rows = 0
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        decoded = decoder.decode(blobs)
+        logits = task.forward(normalise(crop_resize_batch(decoded, task.size), half=task.half)).float()
+        classes = torch.softmax(logits, dim=1).topk(5)[1].cpu()
+        rows += len(classes)
+    return rows / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--variants", default="loaded,frozen", help="model variants, a comma list")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    paths = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
+    blobs = [paths[i % len(paths)].read_bytes() for i in range(args.batch)]
+    decoder = Decoder(DEVICE, args.threads)
+    res: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu",
+        "torch": torch.__version__, "torchvision": torchvision.__version__, "batch": args.batch,
+    }  # fmt: skip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = _model_file(Path(tmp))
+        for variant in args.variants.split(","):
+            task = ModelTask(model, DEVICE, optimize=variant == "frozen")
+            st = stages(blobs, task, decoder, args.repeats, args.warmup)
+            rate = pipeline(blobs, task, decoder, args.repeats)
+            res[variant] = {"stages": st, "pipeline_img_s": round(rate, 1)}
+            dev_ms = sum(s.get("device_ms", 0.0) for s in st.values())
+            print(f"{variant}: {json.dumps(st)}", flush=True)
+            print(f"{variant}: device sum {dev_ms:.1f} ms/batch ({args.batch / dev_ms * 1e3 if dev_ms else 0:.0f} img/s"
+                  f" if only device time counted); pipeline {rate:.0f} img/s in one process", flush=True)  # fmt: skip
+    decoder.close()
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
