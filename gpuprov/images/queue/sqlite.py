@@ -132,12 +132,12 @@ class SqliteQueue:
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
         """See :meth:`Queue.claim`. Expired leases are reclaimed before new tasks, oldest shard first."""
         check_claim_args(worker, k, lease_s)
-        claimed: list[Task] = []
+        raw: list[tuple[str, int, str, int]] = []
         with self._tx():
             now = time.time()
             expires = now + lease_s
-            while len(claimed) < k:
-                want = k - len(claimed)
+            while len(raw) < k:
+                want = k - len(raw)
                 rows = self._db.execute(
                     "SELECT id, shard, payload, attempts, state, worker FROM tasks"
                     " WHERE state = 'leased' AND lease_expires <= ? ORDER BY shard LIMIT ?",
@@ -150,21 +150,27 @@ class SqliteQueue:
                 ).fetchall()
                 if not rows:
                     break
+                dead: list[tuple[str, str]] = []
+                leased: list[tuple[int, str, float, str]] = []
                 for tid, shard, payload, attempts, state, holder in rows:
                     if attempts >= self.max_attempts:
                         why = f"lease of worker {holder} expired" if state == "leased" else "retried"
-                        self._db.execute(
-                            "UPDATE tasks SET state = 'dead', worker = NULL, lease_expires = NULL, reason = ?"
-                            " WHERE id = ?",
-                            (f"{why} after {attempts} of {self.max_attempts} attempts", tid),
-                        )
+                        dead.append((f"{why} after {attempts} of {self.max_attempts} attempts", tid))
                         continue
-                    self._db.execute(
-                        "UPDATE tasks SET state = 'leased', attempts = ?, worker = ?, lease_expires = ? WHERE id = ?",
-                        (attempts + 1, worker, expires, tid),
-                    )
-                    claimed.append(Task(id=tid, shard=shard, payload=load_json(payload), attempts=attempts + 1))
-        return claimed
+                    leased.append((attempts + 1, worker, expires, tid))
+                    raw.append((tid, shard, payload, attempts + 1))
+                # one statement per kind for the whole batch: the write lock is held for less time, which
+                # is what other workers on the same file wait for
+                self._db.executemany(
+                    "UPDATE tasks SET state = 'dead', worker = NULL, lease_expires = NULL, reason = ? WHERE id = ?",
+                    dead,
+                )
+                self._db.executemany(
+                    "UPDATE tasks SET state = 'leased', attempts = ?, worker = ?, lease_expires = ? WHERE id = ?",
+                    leased,
+                )
+        # payloads are parsed after the commit, outside the write lock
+        return [Task(id=tid, shard=shard, payload=load_json(payload), attempts=n) for tid, shard, payload, n in raw]
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
         """See :meth:`Queue.extend`."""
@@ -179,18 +185,18 @@ class SqliteQueue:
     def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
         """See :meth:`Queue.complete`."""
         rows = [(tid, dump_json(row, "result row")) for tid, row in results]
-        new = 0
         with self._tx():
             self._require(tid for tid, _ in rows)
-            for tid, row in rows:
-                cur = self._db.execute("INSERT OR IGNORE INTO results (task_id, row) VALUES (?, ?)", (tid, row))
-                if cur.rowcount == 1:
-                    new += 1
-                    self._db.execute(
-                        "UPDATE tasks SET state = 'done', worker = NULL, lease_expires = NULL, reason = NULL"
-                        " WHERE id = ? AND state != 'done'",
-                        (tid,),
-                    )
+            before = self._db.total_changes
+            self._db.executemany("INSERT OR IGNORE INTO results (task_id, row) VALUES (?, ?)", rows)
+            new = self._db.total_changes - before
+            # a task with a result row is 'done' (both are written in one transaction), so marking every
+            # task of the batch changes only those whose result was new
+            self._db.executemany(
+                "UPDATE tasks SET state = 'done', worker = NULL, lease_expires = NULL, reason = NULL"
+                " WHERE id = ? AND state != 'done'",
+                [(tid,) for tid, _ in rows],
+            )
         if new < len(rows):
             log.debug("worker %s: %d of %d completions were already recorded", worker, len(rows) - new, len(rows))
         return new
