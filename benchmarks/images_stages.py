@@ -106,6 +106,37 @@ def pipeline(blobs: list[bytes], task: ModelTask, decoder: Decoder, batches: int
     return rows / (time.perf_counter() - t0)
 
 
+def _decode_loop(paths: list[str], batch: int, seconds: float, threads: int, barrier: Any, out: Any) -> None:
+    blobs = [Path(paths[i % len(paths)]).read_bytes() for i in range(batch)]
+    decoder = Decoder(DEVICE, threads)
+    for _ in range(2):
+        decoder.decode(blobs)
+    barrier.wait()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        decoder.decode(blobs)
+        n += batch
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    out.put((n, time.perf_counter() - t0))
+
+
+def decode_rate(paths: list[Path], batch: int, procs: int, seconds: float, threads: int) -> float:
+    """Images/s of the JPEG decode alone, summed over ``procs`` processes decoding at the same time."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=_decode_loop, args=([str(p) for p in paths], batch, seconds, threads, barrier, out))
+               for _ in range(procs)]  # fmt: skip
+    for w in workers:
+        w.start()
+    results = [out.get() for _ in workers]
+    for w in workers:
+        w.join()
+    return sum(n / t for n, t in results)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -113,7 +144,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--variants", default="loaded,frozen", help="model variants, a comma list")
+    ap.add_argument("--variants", default="loaded,frozen", help="model variants, a comma list (none: skip)")
+    ap.add_argument("--decode-procs", default="", help="also time the decode alone in N processes, a comma list")
+    ap.add_argument("--seconds", type=float, default=10.0, help="how long each --decode-procs point decodes")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     paths = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
@@ -128,7 +161,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model = _model_file(Path(tmp))
-        for variant in args.variants.split(","):
+        for variant in [v for v in args.variants.split(",") if v not in ("", "none")]:
             task = ModelTask(model, DEVICE, optimize=variant == "frozen")
             st = stages(blobs, task, decoder, args.repeats, args.warmup)
             rate = pipeline(blobs, task, decoder, args.repeats)
@@ -138,6 +171,10 @@ def main() -> None:
             print(f"{variant}: device sum {dev_ms:.1f} ms/batch ({args.batch / dev_ms * 1e3 if dev_ms else 0:.0f} img/s"
                   f" if only device time counted); pipeline {rate:.0f} img/s in one process", flush=True)  # fmt: skip
     decoder.close()
+    for procs in [int(p) for p in args.decode_procs.split(",") if p]:
+        rate = decode_rate(paths, args.batch, procs, args.seconds, args.threads)
+        res[f"decode_p{procs}_img_s"] = round(rate, 1)
+        print(f"decode alone, {procs} process(es) at once: {rate:.0f} img/s in all", flush=True)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
 
