@@ -1,7 +1,7 @@
 """Durable work queues for the image workers: :func:`open_queue` picks the backend from a URL.
 
-* ``sqlite:///abs/path.db`` or ``sqlite:relative/path.db`` - one file, the workers of one host
-  (:class:`SqliteQueue`).
+* ``sqlite:///abs/path.db``, ``sqlite:relative/path.db`` or ``sqlite:~/path.db`` (home-relative) -
+  one file, the workers of one host (:class:`SqliteQueue`).
 * ``redis://[:password@]host:port/db?stream=name`` - a Redis server, workers on many hosts
   (:class:`RedisQueue`); ``rediss://`` for TLS.
 
@@ -79,6 +79,8 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
         if options:
             raise QueueURLError(f"{url}: unknown sqlite queue option(s): {', '.join(sorted(options))}")
         path = parts.path if parts.netloc == "" else ""
+        if path.startswith("~"):  # sqlite:~/q.db - the shell left the tilde inside the URL
+            path = str(Path(path).expanduser())
         if not path or path == "/":
             raise QueueURLError(f"{url}: expected sqlite:///abs/path.db or sqlite:relative/path.db")
         if not create and not Path(path).is_file():

@@ -108,3 +108,13 @@ def test_open_without_create_leaves_a_database_that_is_not_a_queue_untouched(tmp
             open_queue(f"sqlite:///{path}", create=False)
         assert err.value.exit_code == EXIT_USAGE
         assert path.read_bytes() == before and not path.with_name(path.name + "-wal").exists()
+
+
+def test_sqlite_home_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite:~/q.db (the shell does not expand a tilde inside a URL) is the file in the home folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "home").mkdir()
+    q = open_queue("sqlite:~/q.db")
+    q.close()
+    assert (tmp_path / "home" / "q.db").is_file() and not (tmp_path / "~").exists()
