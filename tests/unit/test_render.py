@@ -145,3 +145,41 @@ def test_b08_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None
     bare = Templar(loader=loader, variables={"nvidia_driver_branch_change_ok": trust_as_template(
         defaults["nvidia_driver_branch_change_ok"])}).template(expression)
     assert bare is False  # outside a fleet (no gpuprov_ variables) the role stays unconfirmed
+
+
+def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> None:
+    """image_workers.procs_per_gpu (a group's value over the fleet default 4) becomes the role's default and
+    the --procs-per-gpu of the rendered gpuprov-worker@ unit."""
+    import jinja2
+
+    text = (ROOT / "inventory" / "example.yml").read_text(encoding="utf-8")
+    document = yaml.safe_load(text)
+    group = next(iter(document["groups"]))
+    document["groups"][group].setdefault("settings", {}).setdefault("image_workers", {})["procs_per_gpu"] = 8
+    (tmp_path / "fleet.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    fleet = load_fleet(tmp_path / "fleet.yml")
+    inventory = render_inventory(fleet, tmp_path / "inv")
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    role = ROOT / "roles" / "image_workers"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    unit = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
+        (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text(encoding="utf-8")
+    )
+    seen = {}
+    for name in fleet.hosts:
+        host_vars = variables.get_vars(host=manager.get_host(name))
+        procs = Templar(loader=loader, variables=host_vars).template(
+            trust_as_template(defaults["image_workers_procs_per_gpu"])
+        )
+        text = unit.render(ansible_managed="", image_workers_procs_per_gpu=procs, image_workers_model=None,
+                           image_workers_task="thumbnail", image_workers_size=None, image_workers_threads=4,
+                           image_workers_lease_s=60, image_workers_output_dir="/o", image_workers_venv="/v",
+                           image_workers_user="u", image_workers_group="g", __image_workers_env_dir="/e",
+                           image_workers_restart_sec=5, image_workers_start_limit_burst=5,
+                           image_workers_start_limit_interval_s=600)  # fmt: skip
+        seen[name] = (int(procs), "--procs-per-gpu 8" in text, "--procs-per-gpu 4" in text)
+    in_group = {name for name, host in fleet.hosts.items() if group in host.groups}
+    assert in_group and len(in_group) < len(seen)
+    assert seen == {name: (8, True, False) if name in in_group else (4, False, True) for name in seen}

@@ -56,6 +56,10 @@ def test_service_running_enabled_as_its_user(host: Any) -> None:
     cmdline = host.file(f"/proc/{pid}/cmdline").content.split(b"\0")
     assert b"--follow" in cmdline and b"--gpus" in cmdline and cmdline[cmdline.index(b"--gpus") + 1] == b"cpu"
     assert not any(b"sqlite" in arg for arg in cmdline), "the queue URL must stay out of the process list"
+    assert cmdline[cmdline.index(b"--procs-per-gpu") + 1] == b"2"
+    # several processes per GPU; the CPU-mode instance still runs exactly one worker
+    workers = host.check_output(f"pgrep -P {pid} -f gpuprov.images.worker || true").split()
+    assert len(workers) == 1, workers
 
 
 def test_env_file_is_root_only_and_pins_cuda(host: Any) -> None:
