@@ -24,6 +24,7 @@ from gpuprov.fleet.types import (
     FindingId,
     Fingerprint,
     GroupName,
+    HostPath,
     LibVersion,
     Name,
     Port,
@@ -147,8 +148,8 @@ class ImageWorkers(Strict):
 class SecureBoot(Strict):
     """Module signing under Secure Boot: the site's MOK key pair (paths on the host; the key is never logged)."""
 
-    mok_key: FilePath | None = None
-    mok_cert: FilePath | None = None
+    mok_key: HostPath | None = None
+    mok_cert: HostPath | None = None
 
 
 Severity = Literal["fail", "warn", "info"]

@@ -250,6 +250,14 @@ def _check_path(value: object) -> str:
     return text
 
 
+def _check_host_path(value: object) -> str:
+    text = _check_path(value)
+    if not text.startswith("/"):
+        raise fail("a path on the managed host must be absolute (the roles do not expand ~ or a working folder)",
+                   "give the absolute path on the host, e.g. /var/lib/shim-signed/mok/MOK.priv")  # fmt: skip
+    return text
+
+
 @cache
 def finding_ids() -> tuple[str, ...]:
     """The bios_check finding ids (``FINDING_IDS`` of ``roles/gpuprov_common/module_utils/gpuprov_findings.py``,
@@ -291,6 +299,10 @@ Sha256 = Annotated[str, PlainValidator(_check_sha256)]
 Fingerprint = Annotated[str, PlainValidator(_check_fingerprint)]
 Name = Annotated[str, PlainValidator(_check_name)]
 FilePath = Annotated[str, PlainValidator(_check_path)]
+"""A file path as given (SSH key and known_hosts on the controller, resolved there; verify's Python, a path or
+a command on the host's PATH)."""
+HostPath = Annotated[str, PlainValidator(_check_host_path)]
+"""A file on the managed host (the MOK key pair): absolute."""
 User = Annotated[str, PlainValidator(_check_user)]
 FindingId = Annotated[str, PlainValidator(_check_finding_id)]
 AllOrIndexes = Annotated[str | list[int], PlainValidator(_all_or_indexes)]
