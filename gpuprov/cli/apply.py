@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from gpuprov.cli import output
 from gpuprov.cli.options import invocation_argv, run_extravars, run_options
 from gpuprov.engine import ApplyOptions, execute
 
@@ -29,6 +29,6 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
     options = ApplyOptions(fleet=fleet, roles=list(roles), tags=tags, skip_tags=skip_tags, limit=limit,
                            check=check, diff=diff, extravars=run_extravars(extravars, allow_branch_change),
                            forks=forks, verbosity=verbosity, json_path=json_path, argv=invocation_argv())
-    code = execute(options, Console(highlight=False))
+    code = execute(options, output.console(highlight=False))
     if code:
         raise click.exceptions.Exit(code)

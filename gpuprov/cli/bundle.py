@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
 
 PLACEHOLDER = "http://MIRROR/gpuprov-bundle/"
@@ -32,7 +32,7 @@ def command(fleet: Path, out_dir: Path, download: bool, base_url: str) -> None:
     from gpuprov import bundle
     from gpuprov.fleet import load_fleet
 
-    console = Console(highlight=False)
+    console = output.console(highlight=False)
     manifest = bundle.plan(load_fleet(fleet))
     path = bundle.write_manifest(manifest, out_dir)
     for os_name, entry in manifest["oses"].items():

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from gpuprov.cli import output
 from gpuprov.cli.options import invocation_argv, run_extravars, run_options
 from gpuprov.engine import ApplyOptions, check_output_path, execute
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
@@ -30,7 +31,7 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
 
     Exit codes: 0 in sync, 1 drift, 2 invalid input, 3 hosts failed or unreachable.
     """
-    console = Console(highlight=False)
+    console = output.console(highlight=False)
     if json_path is not None:
         check_output_path(json_path, "--json")
     with tempfile.TemporaryDirectory(prefix="gpuprov-check-") as tmp:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError, DriftFound, HostsFailed
 
 STYLE = {"fail": "red", "warn": "yellow", "info": "dim"}
@@ -50,7 +51,7 @@ def command(fleet: Path | None, local: bool, limit: str | None, fix: bool, as_js
     """
     from gpuprov import doctor
 
-    console = Console(highlight=False)
+    console = output.console(highlight=False)
     if fleet is not None and local:
         raise ConfigError("give either FLEET or --local, not both")
     if fleet is None:

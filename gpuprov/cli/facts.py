@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError, HostsFailed
 from gpuprov.facts import fleet_facts, gpu_table, local_facts, require_available
 
@@ -62,7 +63,7 @@ def command(fleet: Path | None, limit: str | None, as_json: bool, strict: bool) 
     machine (table output, or --strict). With --json an unavailable NVML prints "available": false and
     exits 0 unless --strict is given.
     """
-    console = Console(highlight=False)
+    console = output.console(highlight=False)
     if fleet is None:
         if limit:
             raise ConfigError("--limit needs a fleet file: gpuprov facts FLEET --limit PATTERN")

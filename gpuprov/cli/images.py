@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
@@ -149,7 +149,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
                         jpeg=jpeg)  # fmt: skip
     metrics = Metrics(metrics_port)
     queue = open_queue(url, create=follow)  # a one-off run on a mistyped path: exit 2, no empty queue
-    console = Console(stderr=True, quiet=quiet)
+    console = output.console(stderr=True, quiet=quiet)
     started = time.monotonic()
     last_poll = [0.0]
 
@@ -213,6 +213,6 @@ def status_cmd(url: str, as_json: bool) -> None:
     table = Table("state", "tasks")
     for state, n in counts.items():
         table.add_row(state, str(n))
-    Console().print(table)
+    output.console().print(table)
     for shard, state, reason in failures:
         click.echo(f"shard {shard}: {state}: {reason}")

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from gpuprov.cli import output
 from gpuprov.exceptions import HostsFailed
 
 OS_CHOICES = ("debian12", "ubuntu2004")
@@ -122,7 +122,7 @@ def status_cmd(as_json: bool) -> None:
             table.add_column(column)
         for r in rows:
             table.add_row(r.name, r.hostname, r.os, r.state, str(r.port or "-"), "yes" if r.ssh_ok else "no")
-        Console().print(table)
+        output.console().print(table)
     if not rows:
         raise HostsFailed("no lab hosts: run `gpuprov lab up`", [])
     if down:

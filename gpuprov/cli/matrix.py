@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from gpuprov.cli import output
 from gpuprov.matrix import Matrix, load_matrix
 
 SECTIONS = ("cuda", "cudnn", "nccl", "gpus", "os", "driver_branches")
@@ -88,6 +88,6 @@ def command(as_json: bool, sections: tuple[str, ...]) -> None:
     if as_json:
         click.echo(json.dumps({k: m.raw[k] for k in chosen}, indent=2, sort_keys=True))
         return
-    console = Console()
+    console = output.console()
     for table in tables(m, chosen):
         console.print(table)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from gpuprov.cli import output
 from gpuprov.roles import list_roles
 
 
@@ -25,4 +25,4 @@ def command(as_json: bool) -> None:
         table.add_column(column)
     for i, role in enumerate(roles, 1):
         table.add_row(str(i), role.name, role.summary, "\n".join(role.touches))
-    Console().print(table)
+    output.console().print(table)

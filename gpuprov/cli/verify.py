@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
 
 
@@ -37,7 +37,7 @@ def command(fleet: Path | None, local: bool, limit: str | None, json_path: Path 
     if json_path is not None:
         check_output_path(json_path, "--json")
     variables = parse_extravars(extravars)
-    console = Console(highlight=False)
+    console = output.console(highlight=False)
     result = verify.verify(fleet, local=local, limit=limit, extravars=variables)
     for host, report in result.reports.items():
         console.print(verify.host_table(host, report))
