@@ -124,6 +124,7 @@ class Mirrors(Strict):
     container_toolkit_key_fingerprint: Fingerprint | None = None
     docker_repo_url: UrlOrEnv | None = None
     docker_key_fingerprint: Fingerprint | None = None
+    distro_repo_url: UrlOrEnv | None = None  # driver.method distro on Debian: the Debian archive (mirror)
 
 
 class Reboot(Strict):

@@ -183,3 +183,19 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
     in_group = {name for name, host in fleet.hosts.items() if group in host.groups}
     assert in_group and len(in_group) < len(seen)
     assert seen == {name: (8, True, False) if name in in_group else (4, False, True) for name in seen}
+
+
+def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mirrors.distro_repo_url ({env: NAME}) is read from the controller's environment at run time and becomes
+    the nvidia_driver role's default for its Debian archive; without it the role's default stays empty."""
+    monkeypatch.setenv("SITE_DEBIAN_MIRROR", "http://debian.mirror.internal/debian/")
+    defaults = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    expression = trust_as_template(defaults["nvidia_driver_distro_repo_url"])
+    inventory = render_inventory(load_fleet(ROOT / "tests" / "data" / "good" / "distro_debian_mirror.yml"),
+                                 tmp_path / "inv")  # fmt: skip
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    host_vars = VariableManager(loader=loader, inventory=manager).get_vars(host=manager.get_host("ws1"))
+    assert Templar(loader=loader, variables=host_vars).template(expression) == "http://debian.mirror.internal/debian/"
+    assert "debian.mirror.internal" not in "".join(p.read_text() for p in (tmp_path / "inv").rglob("*.yml"))
+    assert Templar(loader=loader, variables={}).template(expression) == ""
