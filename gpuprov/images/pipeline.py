@@ -520,7 +520,8 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-def _release_memory() -> None:
+def release_memory() -> None:
+    """Return cached CUDA memory to the driver after an out-of-memory error (nothing on CPU)."""
     try:
         import torch
     except ImportError:
@@ -552,7 +553,7 @@ class Backoff:
                 self.batch = max(1, self.batch // 2)
                 self.halvings += 1
                 log.warning("out of memory at batch %d: halving to %d (%s)", len(chunk), self.batch, exc)
-                _release_memory()
+                release_memory()
                 continue
             pos += len(chunk)
         return results

@@ -258,3 +258,36 @@ def test_supervise_stops_following_workers_when_asked(tmp_path: Path) -> None:
     assert not sup.is_alive()
     (states,) = result
     assert all(st.finished and st.proc is not None and st.proc.poll() is not None for st in states)
+
+
+def test_decode_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit() -> None:
+    """A decode that runs out of memory is retried in halves; an image too big on its own is a DecodeError."""
+    from gpuprov.images.pipeline import Decoded, DecodeError
+    from gpuprov.images.worker import decode_split
+
+    class Tight:
+        """Device memory for 3 images at a time; the blob b"huge" never fits."""
+
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def decode(self, blobs: list[bytes]) -> list[Decoded]:
+            self.calls.append(len(blobs))
+            if len(blobs) > 3 or b"huge" in blobs:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 36.00 GiB")
+            return [Decoded(blob, 255.0) for blob in blobs]
+
+    decoder = Tight()
+    blobs = [b"a", b"b", b"c", b"huge", b"d", b"e", b"f", b"g"]
+    out = decode_split(decoder, blobs)  # type: ignore[arg-type]
+    assert [o.pixels if isinstance(o, Decoded) else "error" for o in out] == [
+        b"a", b"b", b"c", "error", b"d", b"e", b"f", b"g"]  # fmt: skip
+    assert isinstance(out[3], DecodeError) and "out of device memory" in str(out[3])
+    assert decoder.calls[0] == 8 and max(decoder.calls[1:]) <= 4
+
+    class Broken:
+        def decode(self, blobs: list[bytes]) -> list[Decoded]:
+            raise RuntimeError("nvjpeg: invalid handle")
+
+    with pytest.raises(RuntimeError, match="invalid handle"):
+        decode_split(Broken(), blobs)  # type: ignore[arg-type]
