@@ -164,7 +164,7 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
     if warm:
         return _warm(paths, n, gpus, work, batch, threads, procs, jpeg)
 
-    model_file = _model_file(work)
+    model_file = resnet50_file(work)
     url = f"sqlite:///{work}/q-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"
     q = open_queue(url)
     q.submit({"path": str(paths[i % len(paths)]), "key": f"{i}"} for i in range(n))
@@ -214,7 +214,7 @@ def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads:
     from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
 
-    model_file = _model_file(work)
+    model_file = resnet50_file(work)
     url = f"sqlite:///{work}/warm-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"
     slots = resolve_slots(gpus, cpu_workers=1)
     ready = threading.Semaphore(0)
@@ -251,7 +251,8 @@ def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads:
             "procs_per_gpu": procs, "jpeg": jpeg, "util": sampler.summary()}  # fmt: skip
 
 
-def _model_file(work: Path) -> Path:
+def resnet50_file(work: Path) -> Path:
+    """``work/resnet50.pt``: ResNet-50 with random weights traced to TorchScript (written once)."""
     model_file = work / "resnet50.pt"
     if not model_file.exists():
         m = torchvision.models.resnet50(weights=None).eval()

@@ -26,18 +26,12 @@ import torchvision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from images_bench import resnet50_file  # this folder is sys.path[0] when the script runs
+
 from gpuprov.images.pipeline import Decoder, crop_resize_batch, normalise
 from gpuprov.images.tasks import ModelTask
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _model_file(work: Path) -> Path:
-    path = work / "resnet50.pt"
-    if not path.exists():
-        m = torchvision.models.resnet50(weights=None).eval()
-        torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(path))
-    return path
 
 
 def _one_batch(blobs: list[bytes], task: ModelTask, decoder: Decoder) -> list[tuple[str, float, Any, Any]]:
@@ -160,7 +154,7 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = _model_file(Path(tmp))
+        model = resnet50_file(Path(tmp))
         for variant in [v for v in args.variants.split(",") if v not in ("", "none")]:
             task = ModelTask(model, DEVICE, optimize=variant == "frozen")
             st = stages(blobs, task, decoder, args.repeats, args.warmup)
