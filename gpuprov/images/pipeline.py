@@ -153,6 +153,8 @@ def _decode_cpu(data: bytes) -> Decoded:
     torch, torchvision = torch_modules()
     ImageReadMode = torchvision.io.ImageReadMode
 
+    if not data:
+        raise DecodeError("empty file (0 bytes)")
     if is_dicom(data):
         return _decode_dicom(data)
     raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -337,9 +339,15 @@ class Decoder:
         for i, fut in futures.items():
             try:
                 dec = fut.result()
-                out[i] = Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
             except DecodeError as exc:
                 out[i] = exc
+                continue
+            except (ValueError, RuntimeError, OSError, IndexError, TypeError) as exc:  # a decoder's own bug
+                if is_oom(exc):
+                    raise
+                out[i] = DecodeError(f"cannot decode image: {type(exc).__name__}: {exc}")
+                continue
+            out[i] = Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
         return [o if o is not None else DecodeError("not decoded") for o in out]
 
 
@@ -430,35 +438,43 @@ def crop_resize_batch(decs: Sequence[Decoded], size: int) -> Any:
     averages ``ceil(crop / (SAMPLE_SPACING * size))``^2 bilinear samples (capped at
     :data:`MAX_SAMPLING`), a box filter close to antialiased bilinear resizing (see
     :data:`SAMPLE_SPACING`). Canvases are fp16 on CUDA for 8-bit sources (exact for
-    0..255), fp32 otherwise. The kernels launched per canvas do not grow with the number of images.
+    0..255), fp32 otherwise. A canvas holds images of one bit depth and one sampling ratio only, so an
+    image's result does not depend on the other images of its batch (a retried image gets the same
+    scores). The kernels launched per canvas do not grow with the number of images.
     """
     torch, torchvision = torch_modules()
     if not decs:
         raise ValueError("crop_resize_batch needs at least one image")
     device = decs[0].pixels.device
     out = torch.empty((len(decs), 3, size, size), dtype=torch.float32, device=device)
-    order = sorted(range(len(decs)), key=lambda i: (decs[i].max_value, tuple(decs[i].pixels.shape[1:])))
+
+    def kind(i: int) -> tuple[bool, int]:
+        """What one canvas must share: 16-bit source (fp32 canvas) and the sampling ratio, so that an image's
+        result does not depend on the other images of its batch."""
+        _, ih, iw = decs[i].pixels.shape
+        ratio = min(MAX_SAMPLING, max(1, math.ceil(min(ih, iw) / (SAMPLE_SPACING * size))))
+        return decs[i].max_value > 255 or device.type == "cpu", ratio
+
+    kinds = [kind(i) for i in range(len(decs))]
+    order = sorted(range(len(decs)), key=lambda i: (kinds[i], tuple(decs[i].pixels.shape[1:])))
     chunk: list[int] = []
 
     def flush() -> None:
         if not chunk:
             return
-        wide = any(decs[i].max_value > 255 for i in chunk) or device.type == "cpu"
+        wide, ratio = kinds[chunk[0]]
         dtype = torch.float32 if wide else torch.float16
         canvas = padded_canvas([decs[i].pixels for i in chunk], dtype)
         boxes: list[tuple[float, float, float, float, float]] = []  # one host-to-device copy per canvas
         scale: list[float] = []
-        ratio = 1
         for j, i in enumerate(chunk):
             _, ih, iw = decs[i].pixels.shape
             side = min(ih, iw)
             top, left = (ih - side) // 2, (iw - side) // 2
             boxes.append((j, left, top, left + side, top + side))
             scale.append(1.0 / decs[i].max_value)
-            ratio = max(ratio, math.ceil(side / (SAMPLE_SPACING * size)))
         box_t = to_device(boxes, torch.float32, device).to(dtype)
-        units = torchvision.ops.roi_align(canvas, box_t, output_size=(size, size),
-                                          sampling_ratio=min(ratio, MAX_SAMPLING), aligned=True)  # fmt: skip
+        units = torchvision.ops.roi_align(canvas, box_t, output_size=(size, size), sampling_ratio=ratio, aligned=True)
         index = to_device(chunk, torch.int64, device)
         scale_t = to_device(scale, torch.float32, device).view(-1, 1, 1, 1)
         out.index_copy_(0, index, units.float().mul_(scale_t))
@@ -467,7 +483,8 @@ def crop_resize_batch(decs: Sequence[Decoded], size: int) -> Any:
     rows = cols = 0  # the current chunk's canvas height and width
     for i in order:
         _, ih, iw = (int(n) for n in decs[i].pixels.shape)
-        if chunk and (len(chunk) + 1) * 3 * max(rows, ih) * max(cols, iw) * 4 > CANVAS_BYTES:
+        too_big = (len(chunk) + 1) * 3 * max(rows, ih) * max(cols, iw) * 4 > CANVAS_BYTES
+        if chunk and (too_big or kinds[i] != kinds[chunk[0]]):
             flush()
             rows = cols = 0
         chunk.append(i)

@@ -181,3 +181,16 @@ def test_padded_canvas_repeats_each_images_last_row_and_column() -> None:
             assert torch.equal(canvas[j, :, h, :w], img[:, h - 1].float())
         if w < 9:
             assert torch.equal(canvas[j, :, : h + 1, w], canvas[j, :, : h + 1, w - 1])
+
+
+def test_an_images_resize_does_not_depend_on_its_batch() -> None:
+    """Each image comes out the same alone as in a batch of other sizes, bit depths and sampling ratios."""
+    import torch
+
+    gen = torch.Generator().manual_seed(5)
+    decs = [pipeline.Decoded(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen), 255.0)
+            for h, w in [(300, 500), (100, 90), (700, 640), (33, 41)]]  # fmt: skip
+    decs.append(pipeline.Decoded(torch.randint(0, 65536, (3, 120, 80), dtype=torch.int32, generator=gen), 65535.0))
+    together = pipeline.crop_resize_batch(decs, 32)
+    for dec, unit in zip(decs, together, strict=True):
+        assert torch.equal(pipeline.crop_resize_batch([dec], 32)[0], unit)
