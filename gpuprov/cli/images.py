@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import json
+import math
 import signal
 import sys
 import time
@@ -43,11 +44,7 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
                 p.resolve() for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
             )
         elif path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
-            for raw in path.read_text().splitlines():
-                line = raw.strip()
-                if line and not line.startswith("#"):
-                    entry = json.loads(line)["path"] if path.suffix == ".jsonl" else line
-                    yield (path.parent / entry).resolve()
+            yield from _manifest(path)
         elif path.is_file():
             yield path.resolve()
         else:
@@ -57,10 +54,39 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
             yield from (Path(m).resolve() for m in matches if Path(m).is_file())
 
 
-def _check_run_options(task: str | None, model: Path | None, batch: str) -> None:
-    """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given and batch is auto or N > 0."""
+def _manifest(path: Path) -> Iterator[Path]:
+    """The image paths of a manifest: one path per line (``.txt``), or one JSON object with a ``path``
+    string per line (``.jsonl``); relative paths are relative to the manifest. Raises
+    :class:`ConfigError` naming the file and line of anything else."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the manifest as UTF-8 text ({exc})") from None
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        entry: object = line
+        if path.suffix.lower() == ".jsonl":
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{number}: not JSON ({exc}); write one object per line") from None
+            entry = record.get("path") if isinstance(record, dict) else None
+        if not isinstance(entry, str) or not entry:
+            raise ConfigError(f'{path}:{number}: expected {{"path": "<image file>"}} with a non-empty string path')
+        yield (path.parent / entry).resolve()
+
+
+def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s: float) -> None:
+    """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given (the model a file),
+    batch is auto or N > 0 and the lease a number of seconds (click's range lets NaN through)."""
+    if not math.isfinite(lease_s):
+        raise ConfigError(f"--lease {lease_s}: expected seconds from 1 to 86400")
     if (task is None) == (model is None):
         raise ConfigError("give exactly one of --task NAME or --model PATH")
+    if model is not None and not model.is_file():
+        raise ConfigError(f"--model {model}: no such file; give a TorchScript (.pt) or ONNX (.onnx) file")
     if batch != "auto" and not (batch.isdigit() and int(batch) > 0):
         raise ConfigError(f"--batch {batch}: expected auto or a positive number")
 
@@ -114,8 +140,8 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @click.option("--batch", default="auto", show_default=True, help="auto or a number.")
 @click.option("--size", type=click.IntRange(min=1), default=None,
               help="Working size (model input, thumbnail long side).")
-@click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Lease in seconds (renewed while working).")
+@click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(min=1, max=86400),
+              help="Lease in seconds, 1 to 86400 (renewed while working).")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(min=1),
               help="CPU decode threads per worker.")
 @click.option("--procs-per-gpu", "procs_per_gpu", default=None, type=click.IntRange(min=1),
@@ -137,7 +163,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, write_manifest
 
-    _check_run_options(task, model, batch)
+    _check_run_options(task, model, batch, lease_s)
     out.mkdir(parents=True, exist_ok=True)
     slots = resolve_slots(gpus, cpu_workers)
     if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):

@@ -208,7 +208,13 @@ class ModelTask:
                 memory_format=torch.channels_last
             )
         with torch.inference_mode():
-            return self.module(batch)[:n]
+            out = self.module(batch)
+        if not isinstance(out, torch.Tensor):
+            raise ConfigError(
+                f"--model: forward returned {type(out).__name__}; a classifier must return one tensor of "
+                "logits (batch, classes) - export the model with that single output"
+            )
+        return out[:n]
 
     def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         torch, _ = torch_modules()

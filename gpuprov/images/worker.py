@@ -21,12 +21,14 @@ manifest (``manifest.jsonl``, plus ``manifest.parquet`` when pyarrow is there) i
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -37,7 +39,7 @@ from pathlib import Path
 from queue import Queue as Channel
 from typing import Any, TypeVar
 
-from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.exceptions import EXIT_USAGE, ConfigError, EnvironmentMissing, GpuprovError
 from gpuprov.images.pipeline import (
     Backoff,
     Decoded,
@@ -227,7 +229,7 @@ def _claims(
         digests: dict[str, str] = {}
         for t in tasks:
             try:
-                data = Path(t.payload["path"]).read_bytes()
+                data = _read_image(Path(t.payload["path"]))
             except OSError as exc:
                 entries.append((t, exc))
                 continue
@@ -311,6 +313,16 @@ def _adopt(ready: Ready) -> None:
     for dec in ready.decoded:
         if not isinstance(dec, DecodeError) and dec.pixels.is_cuda:
             dec.pixels.record_stream(current)
+
+
+def _read_image(path: Path) -> bytes:
+    """The bytes of a regular file; raises OSError for anything else (a FIFO or device would block the
+    reading thread forever while the lease thread keeps the task's lease alive)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open would wait for a writer
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return fh.read()
 
 
 def _prefetch(source: Iterator[T], depth: int = 2) -> Iterator[T]:
@@ -444,6 +456,11 @@ def _child_main() -> None:
     except DeviceMismatch as exc:
         print(json.dumps({"event": "error", "error": exc.message}), flush=True)
         sys.exit(EXIT_DEVICE_MISMATCH)
+    except GpuprovError as exc:
+        print(json.dumps({"event": "error", "error": exc.message}), flush=True)
+        if exc.exit_code == EXIT_USAGE:  # a bad model, option or queue URL: a restart would fail the same way
+            sys.exit(EXIT_USAGE)
+        raise
 
 
 # --- the supervisor ------------------------------------------------------------------------------
@@ -461,6 +478,7 @@ class SlotState:
     batch: int = 0
     restarts: int = 0
     finished: bool = False
+    error: str | None = None  # the message of the worker's last "error" event
 
     @property
     def total_done(self) -> int:
@@ -506,6 +524,8 @@ def supervise(
             except ValueError:
                 continue
             with lock:
+                if event.get("event") == "error":
+                    st.error = str(event.get("error"))
                 st.done = event.get("done", st.done)
                 st.failed = max(st.failed, event.get("failed", 0))
                 st.batch = event.get("batch", st.batch)
@@ -542,7 +562,10 @@ def _run_slots(
             elif rc == EXIT_DEVICE_MISMATCH:
                 _stop(states)
                 raise DeviceMismatch(f"{st.slot.name}: worker opened the wrong device (see its log)")
-            elif rc == 2 or st.restarts >= MAX_RESTARTS:
+            elif rc == EXIT_USAGE:
+                _stop(states)
+                raise ConfigError(f"{st.slot.name}: {st.error or 'worker exited with 2 (bad configuration)'}")
+            elif st.restarts >= MAX_RESTARTS:
                 _stop(states)
                 raise EnvironmentMissing(f"{st.slot.name}: worker exited with {rc} ({st.restarts} restarts)")
             else:

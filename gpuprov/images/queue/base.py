@@ -186,19 +186,24 @@ def load_json(text: str | bytes) -> dict[str, Any]:
     return value
 
 
+MIN_LEASE_S = 0.001
+"""Shortest lease, seconds: a lease must end after the claim that takes it (with a lease below the clock's
+resolution a claim saw its own leases as expired and handed the same task out twice)."""
+
+
 def check_claim_args(worker: str, k: int, lease_s: float) -> None:
     """Validate the arguments shared by claim and extend; raises :class:`QueueError`."""
     if not worker:
         raise QueueError("worker name must be non-empty")
     if k < 1:
         raise QueueError(f"k must be >= 1, got {k}")
-    if not lease_s > 0:
-        raise QueueError(f"lease_s must be > 0 seconds, got {lease_s}")
+    if not lease_s >= MIN_LEASE_S:  # NaN fails too
+        raise QueueError(f"lease_s must be at least {MIN_LEASE_S} seconds, got {lease_s}")
 
 
 def check_config(max_attempts: int, lease_s: float) -> None:
     """Validate queue options; raises :class:`QueueURLError`."""
     if max_attempts < 1:
         raise QueueURLError(f"max_attempts must be >= 1, got {max_attempts}")
-    if not lease_s > 0:
-        raise QueueURLError(f"lease_s must be > 0 seconds, got {lease_s}")
+    if not lease_s >= MIN_LEASE_S:  # NaN fails too
+        raise QueueURLError(f"lease_s must be at least {MIN_LEASE_S} seconds, got {lease_s}")

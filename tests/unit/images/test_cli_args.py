@@ -18,6 +18,9 @@ from gpuprov.cli.__main__ import main
     (["--task", "stats", "--size", "-5"], "--size"),
     (["--task", "stats", "--procs-per-gpu", "0"], "--procs-per-gpu"),
     (["--task", "stats", "--jpeg", "dali"], "--jpeg"),
+    (["--task", "stats", "--lease", "nan"], "--lease"),
+    (["--task", "stats", "--lease", "0.001"], "--lease"),
+    (["--model", "/nonexistent/model.pt"], "--model"),
 ])
 def test_bad_run_arguments_exit_2(args: list[str], named: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,3 +71,29 @@ def test_run_on_a_missing_queue_exits_2_without_creating_it(tmp_path: Path,
                  "--task", "stats"])
     assert code == 2 and "no queue at" in capsys.readouterr().err
     assert not queue.exists()
+
+
+@pytest.mark.parametrize(("name", "text", "line"), [
+    ("m.jsonl", '{"path": "a.jpg"}\n{"nopath": 1}\n', 2),
+    ("m.jsonl", "not json\n", 1),
+    ("m.jsonl", '{"path": 5}\n', 1),
+    ("m.jsonl", '["a.jpg"]\n', 1),
+    ("m.jsonl", "null\n", 1),
+])
+def test_bad_manifest_lines_exit_2_naming_the_line(name: str, text: str, line: int, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / name
+    manifest.write_text(text)
+    queue = tmp_path / "q.db"
+    assert main(["images", "submit", str(manifest), "--queue", f"sqlite:///{queue}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{manifest}:{line}:" in err and "Traceback" not in err
+    assert not queue.exists()
+
+
+def test_binary_manifest_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "m.txt"
+    manifest.write_bytes(b"\xff\xfe\x00binary")
+    assert main(["images", "submit", str(manifest), "--queue", f"sqlite:///{tmp_path}/q.db"]) == 2
+    err = capsys.readouterr().err
+    assert "UTF-8" in err and "Traceback" not in err

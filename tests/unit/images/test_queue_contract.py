@@ -55,7 +55,7 @@ def test_claim_takes_at_most_k_and_never_hands_out_a_task_twice(queue: Queue) ->
 
 
 def test_claim_validates_arguments(queue: Queue) -> None:
-    for worker, k, lease in (("", 1, 1.0), ("w", 0, 1.0), ("w", 1, 0.0)):
+    for worker, k, lease in (("", 1, 1.0), ("w", 0, 1.0), ("w", 1, 0.0), ("w", 1, 1e-9), ("w", 1, float("nan"))):
         with pytest.raises(QueueError):
             queue.claim(worker, k, lease)
 

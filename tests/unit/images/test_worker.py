@@ -291,3 +291,42 @@ def test_decode_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit() 
 
     with pytest.raises(RuntimeError, match="invalid handle"):
         decode_split(Broken(), blobs)  # type: ignore[arg-type]
+
+
+def test_unreadable_kinds_of_file_fail_alone(tmp_path: Path) -> None:
+    """An empty file is a decode error and a FIFO a read error (reading it would block the worker forever)."""
+    import os
+
+    from gpuprov.images.pipeline import DecodeError, Decoder
+    from gpuprov.images.worker import _read_image
+
+    (out,) = Decoder("cpu").decode([b""])
+    assert isinstance(out, DecodeError) and "empty file" in str(out)
+    os.mkfifo(tmp_path / "fifo.jpg")
+    with pytest.raises(OSError, match="not a regular file"):
+        _read_image(tmp_path / "fifo.jpg")
+    (tmp_path / "ok.jpg").write_bytes(b"abc")
+    assert _read_image(tmp_path / "ok.jpg") == b"abc"
+
+
+def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_path: Path) -> None:
+    """A model returning a tuple: every worker would fail every batch; the run stops with the reason, exit 2."""
+    import torch
+
+    from gpuprov.images.worker import supervise
+
+    class Pair(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            pooled = x.mean(dim=(2, 3))
+            return pooled, pooled
+
+    torch.jit.save(torch.jit.trace(Pair().eval(), torch.randn(1, 3, 8, 8)), str(tmp_path / "pair.pt"))
+    url = f"sqlite:///{tmp_path}/q.db"
+    q = open_queue(url)
+    img = tmp_path / "a.png"
+    Image.new("RGB", (12, 10), (10, 20, 30)).save(img)
+    q.submit([{"path": str(img)}])
+    q.close()
+    cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "pair.pt"), batch=2, size=8)
+    with pytest.raises(ConfigError, match="forward returned tuple"):
+        supervise(cfg, [Slot("cpu0")], lambda st, ev: None)
