@@ -241,7 +241,7 @@ def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads:
         t0 = time.perf_counter()
         q.submit({"path": str(paths[i % len(paths)]), "key": f"{i}"} for i in range(n))
         submit_s = time.perf_counter() - t0
-        while (st := q.stats()).done + st.dead < n:
+        while (st := q.stats()).done + st.failed + st.dead < n:  # every image ended, one way or the other
             time.sleep(0.05)
         job_s = time.perf_counter() - t0
     stop.set()

@@ -131,11 +131,18 @@ def decode_rate(paths: list[Path], batch: int, procs: int, seconds: float, threa
     return sum(n / t for n, t in results)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a number >= 1")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--batch", type=_positive, default=256)
+    ap.add_argument("--repeats", type=_positive, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--variants", default="loaded,frozen", help="model variants, a comma list (none: skip)")
@@ -144,6 +151,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     paths = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
+    if not paths:
+        ap.error(f"--data {args.data}: no .jpg/.jpeg files there (benchmarks/make_benchdata.py makes a set)")
+    procs_list = [p.strip() for p in args.decode_procs.split(",") if p.strip()]
+    if any(not p.isdigit() or int(p) < 1 for p in procs_list):
+        ap.error(f"--decode-procs {args.decode_procs}: expected a comma list of process counts >= 1")
     blobs = [paths[i % len(paths)].read_bytes() for i in range(args.batch)]
     decoder = Decoder(DEVICE, args.threads)
     res: dict[str, Any] = {
@@ -154,8 +166,9 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = resnet50_file(Path(tmp))
-        for variant in [v for v in args.variants.split(",") if v not in ("", "none")]:
+        variants = [v for v in args.variants.split(",") if v not in ("", "none")]
+        model = resnet50_file(Path(tmp)) if variants else Path(tmp)
+        for variant in variants:
             task = ModelTask(model, DEVICE, optimize=variant == "frozen")
             st = stages(blobs, task, decoder, args.repeats, args.warmup)
             rate = pipeline(blobs, task, decoder, args.repeats)
@@ -165,7 +178,7 @@ def main() -> None:
             print(f"{variant}: device sum {dev_ms:.1f} ms/batch ({args.batch / dev_ms * 1e3 if dev_ms else 0:.0f} img/s"
                   f" if only device time counted); pipeline {rate:.0f} img/s in one process", flush=True)  # fmt: skip
     decoder.close()
-    for procs in [int(p) for p in args.decode_procs.split(",") if p]:
+    for procs in [int(p) for p in procs_list]:
         rate = decode_rate(paths, args.batch, procs, args.seconds, args.threads)
         res[f"decode_p{procs}_img_s"] = round(rate, 1)
         print(f"decode alone, {procs} process(es) at once: {rate:.0f} img/s in all", flush=True)
