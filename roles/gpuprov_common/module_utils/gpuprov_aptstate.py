@@ -42,7 +42,14 @@ def parse_extended_states(text, native_arch=""):
 
 def lists_mtime(stamp=UPDATE_SUCCESS_STAMP, lists=LISTS_DIR):
     """The time (seconds since the epoch) ansible.builtin.apt compares cache_valid_time against: the mtime of
-    ``stamp`` if it exists, else of ``lists``, else 0.0 (apt then always refreshes)."""
+    ``stamp`` if it exists, else of ``lists``, else 0.0 (apt then always refreshes).
+
+    Also 0.0 when ``lists`` holds no package index at all (no ``*_Packages*`` file): container and cloud
+    images delete the lists after their build, which leaves a recent, empty folder that apt would take for
+    fresh lists and then find no package (the role's installs failed on such a host within an hour of
+    its image's build)."""
+    if os.path.isdir(lists) and not any("_Packages" in name for name in os.listdir(lists)):
+        return 0.0
     for path in (stamp, lists):
         if os.path.exists(path):
             return os.stat(path).st_mtime

@@ -44,10 +44,16 @@ def test_lists_mtime_prefers_the_success_stamp(tmp_path: Path) -> None:
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0  # never refreshed
     lists.mkdir()
     os.utime(lists, (1_000_000, 1_000_000))
+    # a container image's lists, deleted after its build: a recent folder without an index is never refreshed
+    assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0
+    (lists / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages.lz4").write_text("")
+    os.utime(lists, (1_000_000, 1_000_000))
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 1_000_000
     stamp.write_text("")
     os.utime(stamp, (2_000_000, 2_000_000))
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 2_000_000
+    (lists / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages.lz4").unlink()
+    assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0  # refreshed once, emptied since
 
 
 def test_lists_age() -> None:
@@ -81,3 +87,42 @@ def test_module_reads_this_machine(module: ModuleType, capsys: pytest.CaptureFix
         assert abs(result["apt_lists_age_s"] - (time.time() - mtime)) < 60
     else:
         assert result["apt_lists_age_s"] is None
+
+
+@pytest.fixture(scope="module")
+def refresh() -> ModuleType:
+    return _load("gpuprov_apt_lists_refresh", COMMON / "library" / "apt_lists_refresh.py")
+
+
+@pytest.mark.parametrize(
+    ("mtime_ago", "rc", "ran", "code"),
+    [
+        (600.0, 0, False, 0),  # refreshed 10 minutes ago: left as they are
+        (7200.0, 0, True, 0),  # two hours old: refreshed
+        (None, 0, True, 0),  # no package index (an image's deleted lists): refreshed whatever the folder's age
+        (None, 100, True, 1),  # apt-get update failed: the task fails with apt's message
+    ],
+)
+def test_apt_lists_refresh_runs_apt_get_update_only_when_due(
+    refresh: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    mtime_ago: float | None, rc: int, ran: bool, code: int,
+) -> None:  # fmt: skip
+    now = time.time()
+    monkeypatch.setattr(refresh, "lists_mtime", lambda: 0.0 if mtime_ago is None else now - mtime_ago)
+    calls: list[list[str]] = []
+
+    def run_command(self: object, argv: list[str], **kwargs: object) -> tuple[int, str, str]:
+        calls.append(argv)
+        return rc, "", "E: Failed to fetch http://mirror/dists/bookworm/InRelease" if rc else ""
+
+    monkeypatch.setattr(refresh.AnsibleModule, "run_command", run_command)
+    with patch_module_args({"valid_time_s": 3600}), pytest.raises(SystemExit) as exc:
+        refresh.main()
+    assert exc.value.code == code
+    result = json.loads(capsys.readouterr().out)
+    assert calls == ([["apt-get", "update", "-q"]] if ran else [])
+    assert result.get("changed", False) is False
+    if code:
+        assert "apt-get update failed (exit 100)" in result["msg"] and "Failed to fetch" in result["msg"]
+    else:
+        assert result["refreshed"] is ran
