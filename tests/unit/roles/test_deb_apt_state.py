@@ -39,6 +39,10 @@ def test_extended_states_lists_only_auto_marks() -> None:
     assert APTSTATE.parse_extended_states("") == []
 
 
+# a package index as apt names it under /var/lib/apt/lists (<mirror>_dists_<suite>_..._Packages); no host named
+INDEX = "MIRROR_debian_dists_bookworm_main_binary-amd64_Packages.lz4"
+
+
 def test_lists_mtime_prefers_the_success_stamp(tmp_path: Path) -> None:
     lists, stamp = tmp_path / "lists", tmp_path / "update-success-stamp"
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0  # never refreshed
@@ -46,13 +50,13 @@ def test_lists_mtime_prefers_the_success_stamp(tmp_path: Path) -> None:
     os.utime(lists, (1_000_000, 1_000_000))
     # a container image's lists, deleted after its build: a recent folder without an index is never refreshed
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0
-    (lists / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages.lz4").write_text("")
+    (lists / INDEX).write_text("")
     os.utime(lists, (1_000_000, 1_000_000))
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 1_000_000
     stamp.write_text("")
     os.utime(stamp, (2_000_000, 2_000_000))
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 2_000_000
-    (lists / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages.lz4").unlink()
+    (lists / INDEX).unlink()
     assert APTSTATE.lists_mtime(str(stamp), str(lists)) == 0.0  # refreshed once, emptied since
 
 
