@@ -387,6 +387,12 @@ photo crops (256-500 px to 224): mean absolute difference 0.0017 of full scale a
 1 px, which takes 9 samples where 1.5 px takes 4 and made the resize 2.2x slower (docs/benchmarks.md)."""
 
 
+def sampling_ratio(side: int, size: int) -> int:
+    """Bilinear samples per output pixel and axis for a ``side`` px square resized to ``size`` px: one
+    sample at most every :data:`SAMPLE_SPACING` source pixels, at most :data:`MAX_SAMPLING`."""
+    return min(MAX_SAMPLING, max(1, math.ceil(side / (SAMPLE_SPACING * size))))
+
+
 def padded_canvas(imgs: Sequence[Any], dtype: Any) -> Any:
     """Images (3,h,w) of one device, padded into one (N,3,H,W) ``dtype`` tensor in a few batched kernels.
 
@@ -452,8 +458,7 @@ def crop_resize_batch(decs: Sequence[Decoded], size: int) -> Any:
         """What one canvas must share: 16-bit source (fp32 canvas) and the sampling ratio, so that an image's
         result does not depend on the other images of its batch."""
         _, ih, iw = decs[i].pixels.shape
-        ratio = min(MAX_SAMPLING, max(1, math.ceil(min(ih, iw) / (SAMPLE_SPACING * size))))
-        return decs[i].max_value > 255 or device.type == "cpu", ratio
+        return decs[i].max_value > 255 or device.type == "cpu", sampling_ratio(min(int(ih), int(iw)), size)
 
     kinds = [kind(i) for i in range(len(decs))]
     order = sorted(range(len(decs)), key=lambda i: (kinds[i], tuple(decs[i].pixels.shape[1:])))

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.images.pipeline import Decoded, check_budget, crop_resize_batch, normalise, to_unit, torch_modules
+from gpuprov.images.fused import resize_normalise
+from gpuprov.images.pipeline import Decoded, check_budget, to_unit, torch_modules
 
 BUILTIN_TASKS = ("stats", "thumbnail")
 TORCHSCRIPT_SUFFIXES = (".pt", ".pts", ".pth", ".torchscript", ".jit")
@@ -219,7 +220,7 @@ class ModelTask:
     def process(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         torch, _ = torch_modules()
         check_budget(len(items), self.size)
-        batch = normalise(crop_resize_batch([item.decoded for item in items], self.size), half=self.half)
+        batch = resize_normalise([item.decoded for item in items], self.size, half=self.half)
         logits = self.forward(batch).float()
         scores, classes = torch.softmax(logits.reshape(len(items), -1), dim=1).topk(min(5, logits[0].numel()))
         pairs = zip(classes.cpu().tolist(), scores.cpu().tolist(), strict=True)

@@ -60,6 +60,11 @@ def test_service_running_enabled_as_its_user(host: Any) -> None:
     # several processes per GPU; the CPU-mode instance still runs exactly one worker
     workers = host.check_output(f"pgrep -P {pid} -f gpuprov.images.worker || true").split()
     assert len(workers) == 1, workers
+    # Triton's kernel cache: a folder the service user owns, named in the worker's environment
+    environ = dict(v.split(b"=", 1) for v in host.file(f"/proc/{pid}/environ").content.split(b"\0") if b"=" in v)
+    cache = environ[b"TRITON_CACHE_DIR"].decode()
+    assert cache == "/var/cache/gpuprov-worker/triton", cache
+    assert host.file("/var/cache/gpuprov-worker").user == USER
 
 
 def test_env_file_is_root_only_and_pins_cuda(host: Any) -> None:

@@ -1,0 +1,247 @@
+"""Centre crop, resize and normalise of a batch of 8-bit images in one Triton kernel on the GPU.
+
+:func:`gpuprov.images.pipeline.crop_resize_batch` followed by :func:`~gpuprov.images.pipeline.normalise`
+is the reference: it packs the decoded images into padded fp16 canvases, runs
+``torchvision.ops.roi_align`` per canvas, scales, normalises in float32 and converts to an fp16
+channels_last batch - about ten passes over the batch in memory. On one H200 that was 18.5 ms per batch
+of 1024 images of 256-500 px (docs/benchmarks.md), a fifth of a worker's GPU time per image. Here one
+kernel reads every image where the decoder left it (concatenated into one flat byte buffer), takes the
+same bilinear samples as ``roi_align(aligned=True)`` with the same sampling ratio per image, averages them
+in float32, normalises with the ImageNet mean and std and writes the fp16 (or float32) channels_last
+batch the model takes.
+
+Triton is the compiler torch itself uses for its generated kernels (``torch.compile``) and comes with
+torch's Linux wheels; a kernel is compiled on its first launch (about 1 s, then cached in
+``TRITON_CACHE_DIR``, default ``~/.triton/cache``), which needs a C compiler on the host (DKMS hosts have
+one). :func:`available` says whether this path can run; callers fall back to the reference where it
+cannot. With ``TRITON_INTERPRET=1`` set before the import, the kernel runs on CPU tensors in Triton's
+interpreter (the unit tests compare it with the reference that way).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from gpuprov.images.pipeline import (
+    MEAN,
+    STD,
+    Decoded,
+    crop_resize_batch,
+    is_oom,
+    normalise,
+    sampling_ratio,
+    to_device,
+    torch_modules,
+)
+
+try:  # an optional dependency: torch's Linux wheels carry it, others may not
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where triton is absent
+    triton = None
+    tl = None
+
+log = logging.getLogger(__name__)
+
+BLOCK = 256
+"""Output pixels per Triton program (each program writes all three channels of its pixels)."""
+
+META_COLUMNS = 8
+"""Per-image int64 row: output row, offset of the image in the flat buffer (bytes), height, width, crop
+top, crop left, crop side (pixels), sampling ratio (samples per output pixel and axis)."""
+
+
+def interpreted() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def available(device: Any) -> bool:
+    """Whether :func:`crop_resize_normalise` can run for tensors on ``device``: Triton importable and
+    the device a CUDA device (or any device under Triton's interpreter)."""
+    torch, _ = torch_modules()
+    if triton is None:
+        return False
+    return interpreted() or torch.device(device).type == "cuda"
+
+
+if triton is not None:
+
+    @triton.jit
+    def _crop_resize_normalise_kernel(  # type: ignore[no-untyped-def]  # Triton reads annotations as its own
+        src,
+        meta,
+        out,
+        mean0,
+        mean1,
+        mean2,
+        inv_std0,
+        inv_std1,
+        inv_std2,
+        SIZE: tl.constexpr,
+        BLOCK: tl.constexpr,
+        COLS: tl.constexpr,
+    ):
+        """Grid (images, cdiv(SIZE*SIZE, BLOCK)); ``src`` uint8 flat (C,H,W) images, ``meta`` int64
+        (images, META_COLUMNS), ``out`` (N,SIZE,SIZE,3) fp16/fp32 (channels_last memory of (N,3,S,S))."""
+        img = tl.program_id(0)
+        row = tl.load(meta + img * COLS + 0)
+        base = tl.load(meta + img * COLS + 1)
+        h = tl.load(meta + img * COLS + 2).to(tl.int32)
+        w = tl.load(meta + img * COLS + 3).to(tl.int32)
+        top = tl.load(meta + img * COLS + 4).to(tl.float32)
+        left = tl.load(meta + img * COLS + 5).to(tl.float32)
+        side = tl.load(meta + img * COLS + 6).to(tl.float32)
+        ratio = tl.load(meta + img * COLS + 7).to(tl.int32)
+        pix = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = pix < SIZE * SIZE
+        py = (pix // SIZE).to(tl.float32)
+        px = (pix % SIZE).to(tl.float32)
+        bin_size = side / SIZE
+        step = bin_size / ratio.to(tl.float32)
+        plane = h.to(tl.int64) * w
+        acc0 = tl.zeros((BLOCK,), dtype=tl.float32)
+        acc1 = tl.zeros((BLOCK,), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK,), dtype=tl.float32)
+        for iy in range(0, ratio):
+            # roi_align(aligned=True): the box starts half a pixel up and left; samples at bin centres
+            y = tl.maximum(top - 0.5 + py * bin_size + (iy + 0.5) * step, 0.0)
+            y_low = y.to(tl.int32)
+            y_edge = y_low >= h - 1
+            y_low = tl.where(y_edge, h - 1, y_low)
+            y_high = tl.where(y_edge, h - 1, y_low + 1)
+            ly = tl.where(y_edge, 0.0, y - y_low.to(tl.float32))
+            for ix in range(0, ratio):
+                x = tl.maximum(left - 0.5 + px * bin_size + (ix + 0.5) * step, 0.0)
+                x_low = x.to(tl.int32)
+                x_edge = x_low >= w - 1
+                x_low = tl.where(x_edge, w - 1, x_low)
+                x_high = tl.where(x_edge, w - 1, x_low + 1)
+                lx = tl.where(x_edge, 0.0, x - x_low.to(tl.float32))
+                w00 = (1.0 - ly) * (1.0 - lx)
+                w01 = (1.0 - ly) * lx
+                w10 = ly * (1.0 - lx)
+                w11 = ly * lx
+                i00 = base + y_low.to(tl.int64) * w + x_low
+                i01 = base + y_low.to(tl.int64) * w + x_high
+                i10 = base + y_high.to(tl.int64) * w + x_low
+                i11 = base + y_high.to(tl.int64) * w + x_high
+                acc0 += (
+                    w00 * tl.load(src + i00, mask=mask, other=0).to(tl.float32)
+                    + w01 * tl.load(src + i01, mask=mask, other=0).to(tl.float32)
+                    + w10 * tl.load(src + i10, mask=mask, other=0).to(tl.float32)
+                    + w11 * tl.load(src + i11, mask=mask, other=0).to(tl.float32)
+                )
+                acc1 += (
+                    w00 * tl.load(src + plane + i00, mask=mask, other=0).to(tl.float32)
+                    + w01 * tl.load(src + plane + i01, mask=mask, other=0).to(tl.float32)
+                    + w10 * tl.load(src + plane + i10, mask=mask, other=0).to(tl.float32)
+                    + w11 * tl.load(src + plane + i11, mask=mask, other=0).to(tl.float32)
+                )
+                acc2 += (
+                    w00 * tl.load(src + 2 * plane + i00, mask=mask, other=0).to(tl.float32)
+                    + w01 * tl.load(src + 2 * plane + i01, mask=mask, other=0).to(tl.float32)
+                    + w10 * tl.load(src + 2 * plane + i10, mask=mask, other=0).to(tl.float32)
+                    + w11 * tl.load(src + 2 * plane + i11, mask=mask, other=0).to(tl.float32)
+                )
+        unit = 1.0 / (ratio * ratio).to(tl.float32) / 255.0
+        dst = out + (row * (SIZE * SIZE) + pix) * 3
+        kind = out.dtype.element_ty
+        tl.store(dst + 0, ((acc0 * unit - mean0) * inv_std0).to(kind), mask=mask)
+        tl.store(dst + 1, ((acc1 * unit - mean1) * inv_std1).to(kind), mask=mask)
+        tl.store(dst + 2, ((acc2 * unit - mean2) * inv_std2).to(kind), mask=mask)
+
+
+def crop_resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> Any:
+    """Centre squares of 8-bit RGB images resized to ``size`` and normalised, in one kernel launch.
+
+    ``decs``: decoded images on one device, each ``pixels`` (3,H,W) uint8 (any strides; contiguous ones
+    are not copied but for their concatenation into one flat buffer) with ``max_value`` 255. Returns
+    (N,3,size,size) in channels_last memory, fp16 if ``half`` else float32, ImageNet-normalised - the
+    same function as ``normalise(crop_resize_batch(decs, size), half=half)`` to within the reference's
+    fp16 rounding (the reference samples in fp16, this kernel in float32). Raises ``ValueError`` for an
+    empty list or an image that is not 8-bit RGB, ``RuntimeError`` where Triton cannot compile or launch
+    (no C compiler, no GPU; see :func:`available`).
+    """
+    torch, _ = torch_modules()
+    if not decs:
+        raise ValueError("crop_resize_normalise needs at least one image")
+    if triton is None:
+        raise RuntimeError("triton is not installed")
+    device = decs[0].pixels.device
+    rows: list[list[int]] = []
+    offset = 0
+    for n, dec in enumerate(decs):
+        c, h, w = (int(v) for v in dec.pixels.shape)
+        if c != 3 or dec.pixels.dtype != torch.uint8 or dec.max_value != 255:
+            raise ValueError(f"image {n}: crop_resize_normalise takes 8-bit RGB (3,H,W) uint8, not {dec.pixels.dtype}")
+        side = min(h, w)
+        rows.append([n, offset, h, w, (h - side) // 2, (w - side) // 2, side, sampling_ratio(side, size)])
+        offset += c * h * w
+    flat = torch.cat([dec.pixels.reshape(-1) for dec in decs])
+    meta = torch.tensor(rows, dtype=torch.int64)
+    if device.type == "cuda":
+        meta = meta.pin_memory().to(device, non_blocking=True)
+    dtype = torch.float16 if half else torch.float32
+    out = torch.empty((len(decs), size, size, 3), dtype=dtype, device=device)
+    grid = (len(decs), triton.cdiv(size * size, BLOCK))
+    _crop_resize_normalise_kernel[grid](
+        flat, meta, out, *MEAN, *(1.0 / s for s in STD), SIZE=size, BLOCK=BLOCK, COLS=META_COLUMNS
+    )
+    return out.permute(0, 3, 1, 2)
+
+
+class KernelState:
+    """Whether the kernel is tried in this process: :attr:`failed` holds the first compile or launch
+    failure's reason, after which the reference serves."""
+
+    failed: str | None = None
+
+
+KERNEL = KernelState()
+
+
+def is_8bit_rgb(dec: Decoded) -> bool:
+    """True for the images the kernel takes: (3,H,W) uint8 with full scale 255."""
+    torch, _ = torch_modules()
+    return dec.pixels.dtype == torch.uint8 and dec.max_value == 255 and int(dec.pixels.shape[0]) == 3
+
+
+def resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> Any:
+    """The model's input batch: (N,3,size,size) channels_last, fp16 if ``half``, ImageNet-normalised.
+
+    8-bit RGB images go through the kernel (:func:`crop_resize_normalise`) where :func:`available`,
+    the rest (16-bit sources, or every image where the kernel cannot run) through the reference
+    ``normalise(crop_resize_batch(...))``, each image on its own path whatever its batch holds. If the
+    kernel fails to compile or launch, the reason is logged once and the reference serves from then on
+    in this process. Out-of-memory errors propagate (the caller halves the batch).
+    """
+    torch, _ = torch_modules()
+    if not decs:
+        raise ValueError("resize_normalise needs at least one image")
+    device = decs[0].pixels.device
+    eight = [i for i, dec in enumerate(decs) if is_8bit_rgb(dec)] if KERNEL.failed is None and available(device) else []
+    if eight:
+        try:
+            fast = crop_resize_normalise([decs[i] for i in eight], size, half=half)
+        except Exception as exc:  # any compile or launch failure: log it and use the reference
+            if is_oom(exc):
+                raise
+            KERNEL.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("fused crop+resize kernel unavailable, using roi_align: %s", KERNEL.failed)
+            eight = []
+        else:
+            if len(eight) == len(decs):
+                return fast
+    if not eight:
+        return normalise(crop_resize_batch(decs, size), half=half)
+    chosen = set(eight)
+    rest = [i for i in range(len(decs)) if i not in chosen]
+    slow = normalise(crop_resize_batch([decs[i] for i in rest], size), half=half)
+    out = fast.new_empty((len(decs), 3, size, size)).contiguous(memory_format=torch.channels_last)
+    out.index_copy_(0, to_device(eight, torch.int64, device), fast)
+    out.index_copy_(0, to_device(rest, torch.int64, device), slow)
+    return out

@@ -1,0 +1,138 @@
+"""The fused crop+resize+normalise kernel against the reference path, run in Triton's CPU interpreter.
+
+``TRITON_INTERPRET`` is read when a kernel is defined, so the comparisons run in a child Python with it
+set; the fallback rules run here, with the kernel replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("triton")
+
+from gpuprov.images import fused, pipeline  # noqa: E402
+from gpuprov.images.pipeline import Decoded  # noqa: E402
+
+INTERPRETED = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from gpuprov.images import fused, pipeline
+    from gpuprov.images.pipeline import Decoded
+
+    assert fused.available("cpu")
+    g = torch.Generator().manual_seed(int(sys.argv[1]))
+    size = 16
+    # sides below, at and far above size; sampling ratios 1, 2 and 4; tall, wide and square
+    shapes = [(16, 16), (20, 31), (40, 25), (9, 50), (100, 80), (3, 3)]
+    decs = [Decoded(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g), 255.0) for h, w in shapes]
+    # an interleaved (H,W,3) buffer seen as (3,H,W), as nvImageCodec hands images over
+    hwc = torch.randint(0, 256, (30, 22, 3), dtype=torch.uint8, generator=g)
+    decs.append(Decoded(hwc.permute(2, 0, 1), 255.0))
+    # a 16-bit image: not the kernel's, served by the reference inside resize_normalise
+    wide = Decoded(torch.randint(0, 65536, (3, 24, 24), dtype=torch.int32, generator=g), 65535.0)
+    out = {"ratios": [fused.sampling_ratio(min(h, w), size) for h, w in shapes]}
+    for half in (False, True):
+        ref = pipeline.normalise(pipeline.crop_resize_batch(decs, size), half=half).float()
+        got = fused.crop_resize_normalise(decs, size, half=half)
+        out[f"layout_{half}"] = [got.is_contiguous(memory_format=torch.channels_last), str(got.dtype), list(got.shape)]
+        out[f"err_{half}"] = (got.float() - ref).abs().max().item()
+        out[f"finite_{half}"] = bool(torch.isfinite(got).all())
+    mixed = [decs[0], wide, decs[4]]
+    both = fused.resize_normalise(mixed, size, half=False)
+    alone = [fused.resize_normalise([d], size, half=False)[0] for d in mixed]
+    out["mixed_vs_alone"] = max((both[i] - a).abs().max().item() for i, a in enumerate(alone))
+    ref = pipeline.normalise(pipeline.crop_resize_batch(mixed, size), half=False)
+    out["mixed_vs_reference"] = (both - ref).abs().max().item()
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kernel_matches_the_reference_in_the_interpreter(seed: int) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONWARNINGS": "ignore"}
+    argv = [sys.executable, "-c", INTERPRETED, str(seed)]
+    proc = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["ratios"] == [1, 1, 2, 1, 4, 1]
+    # on the CPU the reference samples in float32 too: the same function to float rounding
+    assert res["err_False"] < 1e-5, res
+    # fp16 output: one rounding of values within about +-2.7 (ImageNet-normalised)
+    assert res["err_True"] < 4e-3, res
+    assert res["layout_False"] == [True, "torch.float32", [7, 3, 16, 16]]
+    assert res["layout_True"] == [True, "torch.float16", [7, 3, 16, 16]]
+    assert res["finite_False"] and res["finite_True"]
+    # an image's result does not depend on its batch: 8-bit ones on the kernel, the 16-bit one not
+    assert res["mixed_vs_alone"] == 0.0, res
+    assert res["mixed_vs_reference"] < 1e-5, res
+
+
+def _decs() -> list[Decoded]:
+    g = torch.Generator().manual_seed(3)
+    return [Decoded(torch.randint(0, 256, (3, 20, 30), dtype=torch.uint8, generator=g), 255.0) for _ in range(3)]
+
+
+def test_a_kernel_that_cannot_run_falls_back_once_and_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int] = []
+
+    def broken(decs: Any, size: int, *, half: bool) -> Any:
+        calls.append(len(decs))
+        raise RuntimeError("Failed to find C compiler")
+
+    monkeypatch.setattr(fused, "available", lambda device: True)
+    monkeypatch.setattr(fused, "crop_resize_normalise", broken)
+    monkeypatch.setattr(fused.KERNEL, "failed", None)
+    decs = _decs()
+    ref = pipeline.normalise(pipeline.crop_resize_batch(decs, 8), half=False)
+    with caplog.at_level(logging.WARNING, logger="gpuprov.images.fused"):
+        first = fused.resize_normalise(decs, 8, half=False)
+        second = fused.resize_normalise(decs, 8, half=False)
+    assert torch.equal(first, ref) and torch.equal(second, ref)
+    assert calls == [3], "after the first failure the kernel is not tried again"
+    assert fused.KERNEL.failed is not None and "C compiler" in fused.KERNEL.failed
+    assert [r.getMessage() for r in caplog.records if "fused" in r.getMessage()] == [
+        "fused crop+resize kernel unavailable, using roi_align: RuntimeError: Failed to find C compiler"
+    ]
+
+
+def test_out_of_memory_in_the_kernel_is_raised_for_the_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    def oom(decs: Any, size: int, *, half: bool) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(fused, "available", lambda device: True)
+    monkeypatch.setattr(fused, "crop_resize_normalise", oom)
+    monkeypatch.setattr(fused.KERNEL, "failed", None)
+    with pytest.raises(torch.OutOfMemoryError):
+        fused.resize_normalise(_decs(), 8, half=False)
+    assert fused.KERNEL.failed is None, "an OOM says nothing about the kernel: it stays in use"
+
+
+def test_cpu_without_the_interpreter_uses_the_reference() -> None:
+    if fused.interpreted():
+        pytest.skip("TRITON_INTERPRET is set for this whole run")
+    assert not fused.available("cpu")
+    decs = _decs()
+    ref = pipeline.normalise(pipeline.crop_resize_batch(decs, 8), half=False)
+    assert torch.equal(fused.resize_normalise(decs, 8, half=False), ref)
+
+
+def test_bad_input_is_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="at least one image"):
+        fused.resize_normalise([], 8, half=False)
+    gray = Decoded(torch.zeros((1, 8, 8), dtype=torch.uint8), 255.0)
+    with pytest.raises(ValueError, match=r"image 0: .*8-bit RGB"):
+        fused.crop_resize_normalise([gray], 8, half=False)
