@@ -210,12 +210,22 @@ class LeaseKeeper(threading.Thread):
 
 
 def _claims(
-    queue: Queue, name: str, k: Callable[[], int], keeper: LeaseKeeper, follow: bool = False, poll_s: float = 1.0
+    queue: Queue,
+    name: str,
+    k: Callable[[], int],
+    keeper: LeaseKeeper,
+    follow: bool = False,
+    poll_s: float = 1.0,
+    timing: dict[str, float] | None = None,
 ) -> Iterator[Claimed]:
     """Claim and read batches until the queue has nothing open (with ``follow``: forever, polling every
-    ``poll_s`` seconds while it is drained)."""
+    ``poll_s`` seconds while it is drained). ``timing["claim_s"]`` adds up the seconds spent in
+    ``queue.claim`` (lock waits included), ``timing["read_s"]`` those reading and hashing the files."""
+    timing = {} if timing is None else timing
     while True:
+        t0 = time.perf_counter()
         tasks = queue.claim(name, k(), keeper.lease_s)
+        timing["claim_s"] = timing.get("claim_s", 0.0) + time.perf_counter() - t0
         if not tasks:
             if queue.stats().open == 0:
                 if not follow:
@@ -225,6 +235,7 @@ def _claims(
             time.sleep(min(1.0, keeper.lease_s / 4))  # others hold leases; they finish or expire
             continue
         keeper.hold([t.id for t in tasks])
+        t0 = time.perf_counter()
         entries: list[tuple[Task, bytes | OSError]] = []
         digests: dict[str, str] = {}
         for t in tasks:
@@ -235,6 +246,7 @@ def _claims(
                 continue
             entries.append((t, data))
             digests[t.id] = hashlib.sha256(data).hexdigest()
+        timing["read_s"] = timing.get("read_s", 0.0) + time.perf_counter() - t0
         yield Claimed(entries, digests)
 
 
@@ -344,6 +356,71 @@ def _prefetch(source: Iterator[T], depth: int = 2) -> Iterator[T]:
         yield got
 
 
+class Committer(threading.Thread):
+    """Writes finished batches to the queue in a thread of its own, so the worker's main thread runs the
+    next batch on the device meanwhile.
+
+    :meth:`put` hands over one batch: its result rows (``queue.complete``), its failures
+    (``queue.fail``) and the task ids whose leases the :class:`LeaseKeeper` renews until they are
+    written. Then a ``progress`` event is emitted with the counts written so far. At most ``depth``
+    batches wait (:meth:`put` blocks beyond that). With several workers on one sqlite file the write
+    lock is contended: on one H200, 4 workers per GPU spent ~12 of their ~25 s in ``complete``, most
+    of it waiting for the lock (docs/benchmarks.md) - time in which the GPU had no next batch from
+    that worker. A batch is acknowledged only once written: a worker killed before that loses nothing,
+    its leases expire and the tasks run again (outputs are idempotent). The first error stops the
+    writing and is raised by the next :meth:`put` or by :meth:`close`.
+    """
+
+    def __init__(
+        self, queue: Queue, worker: str, keeper: LeaseKeeper, emit: Callable[[dict[str, Any]], None],
+        timing: dict[str, float], depth: int = 2,
+    ) -> None:  # fmt: skip
+        super().__init__(daemon=True, name="commit")
+        self.queue, self.worker, self.keeper, self.emit, self.timing = queue, worker, keeper, emit, timing
+        self.chan: Channel[tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]], list[str], int] | None]
+        self.chan = Channel(maxsize=depth)
+        self.done = self.failed = 0
+        self.error: BaseException | None = None
+        self._closed = False
+
+    def put(
+        self, ok: list[tuple[str, dict[str, Any]]], bad: list[tuple[str, str]], held: list[str], batch: int
+    ) -> None:
+        """Queue one batch for writing; raises the writer's first error, if any."""
+        if self.error is not None:
+            raise self.error
+        self.chan.put((ok, bad, held, batch))
+
+    def run(self) -> None:
+        while (item := self.chan.get()) is not None:
+            if self.error is not None:
+                continue  # drain without writing: the main thread raises the error
+            ok, bad, held, batch = item
+            t0 = time.perf_counter()
+            try:
+                if ok:
+                    self.done += self.queue.complete(self.worker, ok)
+                for tid, reason in bad:
+                    self.queue.fail(self.worker, tid, reason, retry=False)
+                self.failed += len(bad)
+            except BaseException as exc:  # handed to the main thread
+                self.error = exc
+                continue
+            self.timing["commit_s"] += time.perf_counter() - t0
+            self.keeper.release(held)
+            self.emit({"event": "progress", "done": self.done, "failed": self.failed, "batch": batch,
+                       "t": time.time(), **self.timing})  # fmt: skip
+
+    def close(self, check: bool = True) -> None:
+        """Write what was handed over, stop the thread; with ``check``, raise the writer's first error."""
+        if not self._closed:
+            self._closed = True
+            self.chan.put(None)
+            self.join()
+        if check and self.error is not None:
+            raise self.error
+
+
 WARMUP_SIDE = 256
 """Side in pixels of the synthetic images a GPU worker runs one full batch of before it reports ready."""
 
@@ -365,12 +442,13 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
     decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg)
-    done = failed = 0
-    timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0}
+    timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0, "claim_s": 0.0, "read_s": 0.0, "commit_s": 0.0}
     emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": backoff.batch,
           "jpeg": decoder.jpeg})  # fmt: skip
+    committer = Committer(queue, name, keeper, emit, timing)
+    committer.start()
     try:
-        claims = _prefetch(_claims(queue, name, lambda: backoff.batch, keeper, cfg.follow, cfg.poll_s))
+        claims = _prefetch(_claims(queue, name, lambda: backoff.batch, keeper, cfg.follow, cfg.poll_s, timing))
         batches = _prefetch(_decode_ahead(claims, decoder, timing), depth=1)
         while True:
             t0 = time.perf_counter()
@@ -379,27 +457,14 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
             if ready is None:
                 break
             ok, bad = _process(ready, task, backoff, timing)
-            if ok:
-                done += queue.complete(name, ok)
-            for tid, reason in bad:
-                queue.fail(name, tid, reason, retry=False)
-            failed += len(bad)
-            keeper.release([t.id for t, _ in ready.claimed.entries])
-            emit(
-                {
-                    "event": "progress",
-                    "done": done,
-                    "failed": failed,
-                    "batch": backoff.batch,
-                    "t": time.time(),
-                    **timing,
-                }
-            )
+            committer.put(ok, bad, [t.id for t, _ in ready.claimed.entries], backoff.batch)
+        committer.close()
     finally:
+        committer.close(check=False)
         keeper.stop.set()
         decoder.close()
         queue.close()
-    emit({"event": "exit", "done": done, "failed": failed})
+    emit({"event": "exit", "done": committer.done, "failed": committer.failed})
 
 
 def _process(

@@ -19,6 +19,7 @@ from gpuprov.images.pipeline import MEM_BUDGET_ENV
 from gpuprov.images.queue import open_queue
 from gpuprov.images.worker import (
     DEFAULT_PROCS_PER_GPU,
+    Committer,
     LeaseKeeper,
     Slot,
     WorkerConfig,
@@ -330,3 +331,59 @@ def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_p
     cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "pair.pt"), batch=2, size=8)
     with pytest.raises(ConfigError, match="forward returned tuple"):
         supervise(cfg, [Slot("cpu0")], lambda st, ev: None)
+
+
+class _RecordingQueue:
+    """Queue stand-in for the committer: records writes; ``complete`` fails on the batch named ``boom``."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Any]] = []
+
+    def complete(self, worker: str, results: list[tuple[str, dict[str, Any]]]) -> int:
+        if any(tid == "boom" for tid, _ in results):
+            raise RuntimeError("database is locked")
+        self.log.append(("complete", [tid for tid, _ in results]))
+        return len(results)
+
+    def fail(self, worker: str, tid: str, reason: str, *, retry: bool) -> None:
+        self.log.append(("fail", tid))
+
+
+class _Keeper:
+    def __init__(self, queue: _RecordingQueue) -> None:
+        self.queue = queue
+
+    def release(self, ids: list[str]) -> None:
+        self.queue.log.append(("release", ids))
+
+
+def test_committer_writes_in_order_then_releases_and_reports() -> None:
+    queue = _RecordingQueue()
+    events: list[dict[str, Any]] = []
+    timing = {"commit_s": 0.0}
+    committer = Committer(queue, "w", _Keeper(queue), events.append, timing)  # type: ignore[arg-type]
+    committer.start()
+    committer.put([("a", {}), ("b", {})], [("c", "decode error: truncated")], ["a", "b", "c"], 4)
+    committer.put([("d", {})], [], ["d"], 4)
+    committer.close()
+    # leases are released only after the batch is written: a kill before that re-runs the tasks
+    assert queue.log == [
+        ("complete", ["a", "b"]), ("fail", "c"), ("release", ["a", "b", "c"]),
+        ("complete", ["d"]), ("release", ["d"]),
+    ]  # fmt: skip
+    assert [(e["done"], e["failed"]) for e in events] == [(2, 1), (3, 1)]
+    assert (committer.done, committer.failed) == (3, 1) and timing["commit_s"] > 0
+    assert not committer.is_alive()
+
+
+def test_committer_error_reaches_the_main_thread_and_stops_writing() -> None:
+    queue = _RecordingQueue()
+    committer = Committer(queue, "w", _Keeper(queue), lambda e: None, {"commit_s": 0.0})  # type: ignore[arg-type]
+    committer.start()
+    committer.put([("boom", {})], [], ["boom"], 1)
+    committer.put([("later", {})], [], ["later"], 1)
+    with pytest.raises(RuntimeError, match="database is locked"):
+        committer.close()
+    assert queue.log == [], "nothing after the failed batch is written and no lease is released"
+    with pytest.raises(RuntimeError, match="database is locked"):
+        committer.put([("x", {})], [], ["x"], 1)
