@@ -2,7 +2,8 @@
 
 Stages, as a worker runs them on a batch of ``--batch`` images read from ``--data``: ``decode``
 (:class:`gpuprov.images.pipeline.Decoder`), ``resize`` (:func:`crop_resize_batch`), ``normalise``,
-``model`` (ResNet-50 TorchScript, random weights, fp16 channels_last on CUDA; ``--variants`` runs it as
+``fused`` (the one-kernel crop+resize+normalise of :mod:`gpuprov.images.fused`, where it can run; its
+largest difference to resize+normalise is printed), ``model`` (ResNet-50 TorchScript, random weights, fp16 channels_last on CUDA; ``--variants`` runs it as
 loaded and frozen for inference) and ``top5`` (softmax, topk and the copy to the host). For each stage:
 host ms = the time Python takes to issue it (no synchronisation), device ms = CUDA events around it;
 medians of ``--repeats`` batches after ``--warmup``. ``pipeline`` then runs whole batches back to
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from images_bench import resnet50_file  # this folder is sys.path[0] when the script runs
 
+from gpuprov.images import fused
 from gpuprov.images.pipeline import Decoder, crop_resize_batch, normalise
 from gpuprov.images.tasks import ModelTask
 
@@ -48,7 +50,9 @@ def _one_batch(blobs: list[bytes], task: ModelTask, decoder: Decoder) -> list[tu
         ("decode", lambda: decoder.decode(blobs)),
         ("resize", lambda: crop_resize_batch(state["decode"], task.size)),
         ("normalise", lambda: normalise(state["resize"], half=task.half)),
-        ("model", lambda: task.forward(state["normalise"])),
+        ("fused", lambda: fused.crop_resize_normalise(state["decode"], task.size, half=task.half)
+         if fused.available(DEVICE) else state["normalise"]),
+        ("model", lambda: task.forward(state["fused"])),
         ("top5", lambda: top5(state["model"])),
     )
     for name, fn in steps:
@@ -63,6 +67,8 @@ def _one_batch(blobs: list[bytes], task: ModelTask, decoder: Decoder) -> list[tu
             end.record()
     if cuda:
         torch.cuda.synchronize()
+    diff = (state["fused"].float() - state["normalise"].float()).abs().max().item()
+    marks.append(("fused_max_abs_diff", diff, None, None))
     return marks
 
 
@@ -75,6 +81,9 @@ def stages(blobs: list[bytes], task: ModelTask, decoder: Decoder, repeats: int, 
         if r < warmup:
             continue
         for name, host_s, start, end in marks:
+            if name == "fused_max_abs_diff":
+                dev[name] = [max(dev.get(name, [0.0])[0], host_s)]
+                continue
             host.setdefault(name, []).append(host_s * 1e3)
             if start is not None:
                 dev.setdefault(name, []).append(start.elapsed_time(end))
@@ -83,6 +92,7 @@ def stages(blobs: list[bytes], task: ModelTask, decoder: Decoder, repeats: int, 
         out[name] = {"host_ms": round(statistics.median(values), 2)}
         if name in dev:
             out[name]["device_ms"] = round(statistics.median(dev[name]), 2)
+    out["fused"]["max_abs_diff"] = dev["fused_max_abs_diff"][0]
     return out
 
 
@@ -94,7 +104,7 @@ def pipeline(blobs: list[bytes], task: ModelTask, decoder: Decoder, batches: int
     t0 = time.perf_counter()
     for _ in range(batches):
         decoded = decoder.decode(blobs)
-        logits = task.forward(normalise(crop_resize_batch(decoded, task.size), half=task.half)).float()
+        logits = task.forward(fused.resize_normalise(decoded, task.size, half=task.half)).float()
         classes = torch.softmax(logits, dim=1).topk(5)[1].cpu()
         rows += len(classes)
     return rows / (time.perf_counter() - t0)
@@ -173,7 +183,7 @@ def main() -> None:
             st = stages(blobs, task, decoder, args.repeats, args.warmup)
             rate = pipeline(blobs, task, decoder, args.repeats)
             res[variant] = {"stages": st, "pipeline_img_s": round(rate, 1)}
-            dev_ms = sum(s.get("device_ms", 0.0) for s in st.values())
+            dev_ms = sum(s.get("device_ms", 0.0) for k, s in st.items() if k not in ("resize", "normalise"))
             print(f"{variant}: {json.dumps(st)}", flush=True)
             print(f"{variant}: device sum {dev_ms:.1f} ms/batch ({args.batch / dev_ms * 1e3 if dev_ms else 0:.0f} img/s"
                   f" if only device time counted); pipeline {rate:.0f} img/s in one process", flush=True)  # fmt: skip
