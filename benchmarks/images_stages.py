@@ -96,6 +96,23 @@ def stages(blobs: list[bytes], task: ModelTask, decoder: Decoder, repeats: int, 
     return out
 
 
+def accuracy(decoded: list[Any], size: int) -> dict[str, float]:
+    """Largest absolute difference (normalised units) of the fused kernel (float32 output) and of the
+    fp16 roi_align path on the GPU to the reference computed in float32 on the CPU."""
+    from gpuprov.images.pipeline import Decoded
+
+    on_cpu = [Decoded(d.pixels.cpu(), d.max_value) for d in decoded]
+    ref = normalise(crop_resize_batch(on_cpu, size), half=False)
+    kernel = fused.crop_resize_normalise(decoded, size, half=False).cpu()
+    roi_fp16 = normalise(crop_resize_batch(decoded, size), half=False).cpu()
+    return {
+        "fused_max_abs": round((kernel - ref).abs().max().item(), 6),
+        "fused_mean_abs": round((kernel - ref).abs().mean().item(), 6),
+        "roi_align_fp16_max_abs": round((roi_fp16 - ref).abs().max().item(), 6),
+        "roi_align_fp16_mean_abs": round((roi_fp16 - ref).abs().mean().item(), 6),
+    }
+
+
 def pipeline(blobs: list[bytes], task: ModelTask, decoder: Decoder, batches: int) -> float:
     """Images/s of ``batches`` whole batches back to back in this process (one sync at the end)."""
     rows = 0
@@ -187,6 +204,9 @@ def main() -> None:
             print(f"{variant}: {json.dumps(st)}", flush=True)
             print(f"{variant}: device sum {dev_ms:.1f} ms/batch ({args.batch / dev_ms * 1e3 if dev_ms else 0:.0f} img/s"
                   f" if only device time counted); pipeline {rate:.0f} img/s in one process", flush=True)  # fmt: skip
+    if DEVICE == "cuda" and fused.available(DEVICE):
+        res["accuracy"] = accuracy(decoder.decode(blobs[:128]), 224)
+        print(f"against a float32 reference on the CPU (128 images): {json.dumps(res['accuracy'])}", flush=True)
     decoder.close()
     for procs in [int(p) for p in procs_list]:
         rate = decode_rate(paths, args.batch, procs, args.seconds, args.threads)

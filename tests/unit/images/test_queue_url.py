@@ -108,6 +108,48 @@ def test_open_without_create_leaves_a_database_that_is_not_a_queue_untouched(tmp
             open_queue(f"sqlite:///{path}", create=False)
         assert err.value.exit_code == EXIT_USAGE
         assert path.read_bytes() == before and not path.with_name(path.name + "-wal").exists()
+        assert not path.with_name(path.name + "-lock").exists()
+
+
+def test_sqlite_writers_queue_on_the_lock_file(tmp_path: Path) -> None:
+    """A write transaction holds ``<file>-lock`` (flock) from BEGIN to COMMIT; the file has the queue's
+    permissions; a file that is not a queue gets none."""
+    import fcntl
+    import os
+    import threading
+
+    path = tmp_path / "q.db"
+    path.touch(mode=0o640)
+    path.chmod(0o640)
+    q = open_queue(f"sqlite://{path}")
+    assert isinstance(q, SqliteQueue)
+    lock = path.with_name("q.db-lock")
+    assert lock.stat().st_mode & 0o777 == 0o640
+    other = os.open(lock, os.O_RDWR)  # another open file description, as another process has
+    try:
+        with q._tx(), pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once committed
+        submitted = threading.Event()
+
+        def submit() -> None:
+            q.submit([{"path": "/x.jpg"}])
+            submitted.set()
+
+        writer = threading.Thread(target=submit)
+        writer.start()
+        assert not submitted.wait(0.3), "the writer must wait for the lock another process holds"
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert submitted.wait(10)
+        writer.join()
+    finally:
+        os.close(other)
+    assert q.stats().pending == 1
+    q.close()
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(QueueUnavailable):
+        open_queue(f"sqlite://{tmp_path}/junk.db")
+    assert not (tmp_path / "junk.db-lock").exists()
 
 
 def test_sqlite_home_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
