@@ -7,9 +7,11 @@ mismatch instead of running on the wrong GPU. Without NVML or GPUs the workers r
 
 Several processes per GPU (:func:`replicate`, ``procs_per_gpu``): every process of a GPU gets the same
 UUID pin and the same self-check; they share the queue like workers on different GPUs do (leases make
-that safe) and split the GPU's free memory for ``--batch auto``. One worker's Python thread issues
+that safe) and split the GPU's free memory for ``--batch auto``. One worker's Python thread issued
 every per-image operation (nvJPEG list decode, canvas copies, result rows) and was the limit on an
-H200 (docs/benchmarks.md); :data:`DEFAULT_PROCS_PER_GPU` processes spread that work.
+H200 (docs/benchmarks.md); :data:`DEFAULT_PROCS_PER_GPU` processes spread that work. Within a worker
+the claim, the decode of the next batch and the writing of the last one's results run in threads
+beside the model; with 8 processes per GPU the sqlite queue's write lock is what limits now.
 
 Guarantees: a worker claims ``batch`` tasks with a lease, a thread renews the leases while it works,
 output files are written atomically under names derived from the input's content hash, and result
