@@ -71,6 +71,16 @@ def available(device: Any) -> bool:
 if triton is not None:
 
     @triton.jit
+    def _bilinear(src, i00, i01, i10, i11, w00, w01, w10, w11, mask):  # type: ignore[no-untyped-def]
+        """One channel's bilinear sample: the four taps ``src[i..]`` weighted by ``w..``, in float32."""
+        return (
+            w00 * tl.load(src + i00, mask=mask, other=0).to(tl.float32)
+            + w01 * tl.load(src + i01, mask=mask, other=0).to(tl.float32)
+            + w10 * tl.load(src + i10, mask=mask, other=0).to(tl.float32)
+            + w11 * tl.load(src + i11, mask=mask, other=0).to(tl.float32)
+        )
+
+    @triton.jit
     def _crop_resize_normalise_kernel(  # type: ignore[no-untyped-def]  # Triton reads annotations as its own
         src,
         meta,
@@ -129,24 +139,9 @@ if triton is not None:
                 i01 = base + y_low.to(tl.int64) * w + x_high
                 i10 = base + y_high.to(tl.int64) * w + x_low
                 i11 = base + y_high.to(tl.int64) * w + x_high
-                acc0 += (
-                    w00 * tl.load(src + i00, mask=mask, other=0).to(tl.float32)
-                    + w01 * tl.load(src + i01, mask=mask, other=0).to(tl.float32)
-                    + w10 * tl.load(src + i10, mask=mask, other=0).to(tl.float32)
-                    + w11 * tl.load(src + i11, mask=mask, other=0).to(tl.float32)
-                )
-                acc1 += (
-                    w00 * tl.load(src + plane + i00, mask=mask, other=0).to(tl.float32)
-                    + w01 * tl.load(src + plane + i01, mask=mask, other=0).to(tl.float32)
-                    + w10 * tl.load(src + plane + i10, mask=mask, other=0).to(tl.float32)
-                    + w11 * tl.load(src + plane + i11, mask=mask, other=0).to(tl.float32)
-                )
-                acc2 += (
-                    w00 * tl.load(src + 2 * plane + i00, mask=mask, other=0).to(tl.float32)
-                    + w01 * tl.load(src + 2 * plane + i01, mask=mask, other=0).to(tl.float32)
-                    + w10 * tl.load(src + 2 * plane + i10, mask=mask, other=0).to(tl.float32)
-                    + w11 * tl.load(src + 2 * plane + i11, mask=mask, other=0).to(tl.float32)
-                )
+                acc0 += _bilinear(src, i00, i01, i10, i11, w00, w01, w10, w11, mask)
+                acc1 += _bilinear(src + plane, i00, i01, i10, i11, w00, w01, w10, w11, mask)
+                acc2 += _bilinear(src + 2 * plane, i00, i01, i10, i11, w00, w01, w10, w11, mask)
         unit = 1.0 / (ratio * ratio).to(tl.float32) / 255.0
         dst = out + (row * (SIZE * SIZE) + pix) * 3
         kind = out.dtype.element_ty
