@@ -81,6 +81,20 @@ if triton is not None:
         )
 
     @triton.jit
+    def _axis_taps(start, index, bin_size, step, i, n):  # type: ignore[no-untyped-def]
+        """Along one axis, sample ``i`` of output pixels ``index``: the two source pixels around it and
+        the weight of the second, as ``roi_align(aligned=True)`` takes them - the box starts half a pixel
+        before ``start``, samples sit at the centres of ``step``-wide sub-bins, and positions are clamped
+        to ``0 .. n - 1`` (the edge pixel repeats)."""
+        pos = tl.maximum(start - 0.5 + index * bin_size + (i + 0.5) * step, 0.0)
+        low = pos.to(tl.int32)
+        edge = low >= n - 1
+        low = tl.where(edge, n - 1, low)
+        high = tl.where(edge, n - 1, low + 1)
+        frac = tl.where(edge, 0.0, pos - low.to(tl.float32))
+        return low, high, frac
+
+    @triton.jit
     def _crop_resize_normalise_kernel(  # type: ignore[no-untyped-def]  # Triton reads annotations as its own
         src,
         meta,
@@ -117,20 +131,9 @@ if triton is not None:
         acc1 = tl.zeros((BLOCK,), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK,), dtype=tl.float32)
         for iy in range(0, ratio):
-            # roi_align(aligned=True): the box starts half a pixel up and left; samples at bin centres
-            y = tl.maximum(top - 0.5 + py * bin_size + (iy + 0.5) * step, 0.0)
-            y_low = y.to(tl.int32)
-            y_edge = y_low >= h - 1
-            y_low = tl.where(y_edge, h - 1, y_low)
-            y_high = tl.where(y_edge, h - 1, y_low + 1)
-            ly = tl.where(y_edge, 0.0, y - y_low.to(tl.float32))
+            y_low, y_high, ly = _axis_taps(top, py, bin_size, step, iy, h)
             for ix in range(0, ratio):
-                x = tl.maximum(left - 0.5 + px * bin_size + (ix + 0.5) * step, 0.0)
-                x_low = x.to(tl.int32)
-                x_edge = x_low >= w - 1
-                x_low = tl.where(x_edge, w - 1, x_low)
-                x_high = tl.where(x_edge, w - 1, x_low + 1)
-                lx = tl.where(x_edge, 0.0, x - x_low.to(tl.float32))
+                x_low, x_high, lx = _axis_taps(left, px, bin_size, step, ix, w)
                 w00 = (1.0 - ly) * (1.0 - lx)
                 w01 = (1.0 - ly) * lx
                 w10 = ly * (1.0 - lx)
