@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 BLOCK = 256
 """Output pixels per Triton program (each program writes all three channels of its pixels)."""
 
+MAX_SIZE = 4095
+"""Largest output side the kernel takes: its grid's second dimension, ``cdiv(size**2, BLOCK)``, must stay
+within CUDA's 65,535 (larger sizes take the reference path)."""
+
 META_COLUMNS = 8
 """Per-image int64 row: output row, offset of the image in the flat buffer (bytes), height, width, crop
 top, crop left, crop side (pixels), sampling ratio (samples per output pixel and axis)."""
@@ -167,6 +171,8 @@ def crop_resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> 
     torch, _ = torch_modules()
     if not decs:
         raise ValueError("crop_resize_normalise needs at least one image")
+    if not 1 <= size <= MAX_SIZE:
+        raise ValueError(f"crop_resize_normalise: size {size} is outside 1..{MAX_SIZE}")
     if triton is None:
         raise RuntimeError("triton is not installed")
     device = decs[0].pixels.device
@@ -174,8 +180,11 @@ def crop_resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> 
     offset = 0
     for n, dec in enumerate(decs):
         c, h, w = (int(v) for v in dec.pixels.shape)
-        if c != 3 or dec.pixels.dtype != torch.uint8 or dec.max_value != 255:
-            raise ValueError(f"image {n}: crop_resize_normalise takes 8-bit RGB (3,H,W) uint8, not {dec.pixels.dtype}")
+        if not kernel_takes(dec):
+            raise ValueError(
+                f"image {n}: crop_resize_normalise takes non-empty 8-bit RGB (3,H,W) uint8, not "
+                f"{tuple(dec.pixels.shape)} {dec.pixels.dtype}"
+            )
         side = min(h, w)
         rows.append([n, offset, h, w, (h - side) // 2, (w - side) // 2, side, sampling_ratio(side, size)])
         offset += c * h * w
@@ -202,10 +211,13 @@ class KernelState:
 KERNEL = KernelState()
 
 
-def is_8bit_rgb(dec: Decoded) -> bool:
-    """True for the images the kernel takes: (3,H,W) uint8 with full scale 255."""
+def kernel_takes(dec: Decoded) -> bool:
+    """True for the images the kernel takes: (3,H,W) uint8 with full scale 255, H and W >= 1 (an empty
+    image goes to the reference path, which raises for it alone)."""
     torch, _ = torch_modules()
-    return dec.pixels.dtype == torch.uint8 and dec.max_value == 255 and int(dec.pixels.shape[0]) == 3
+    shape = tuple(int(v) for v in dec.pixels.shape)
+    rgb = len(shape) == 3 and shape[0] == 3 and min(shape) > 0
+    return rgb and dec.pixels.dtype == torch.uint8 and dec.max_value == 255
 
 
 def resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> Any:
@@ -220,8 +232,11 @@ def resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> Any:
     torch, _ = torch_modules()
     if not decs:
         raise ValueError("resize_normalise needs at least one image")
+    if size < 1:
+        raise ValueError(f"resize_normalise: size {size} must be >= 1")
     device = decs[0].pixels.device
-    eight = [i for i, dec in enumerate(decs) if is_8bit_rgb(dec)] if KERNEL.failed is None and available(device) else []
+    usable = KERNEL.failed is None and size <= MAX_SIZE and available(device)
+    eight = [i for i, dec in enumerate(decs) if kernel_takes(dec)] if usable else []
     if eight:
         try:
             fast = crop_resize_normalise([decs[i] for i in eight], size, half=half)

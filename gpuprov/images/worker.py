@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from queue import Full
 from queue import Queue as Channel
 from typing import Any, TypeVar
 
@@ -388,37 +389,51 @@ class Committer(threading.Thread):
     def put(
         self, ok: list[tuple[str, dict[str, Any]]], bad: list[tuple[str, str]], held: list[str], batch: int
     ) -> None:
-        """Queue one batch for writing; raises the writer's first error, if any."""
+        """Queue one batch for writing; raises the writer's first error, if any (else ``RuntimeError``
+        once closed)."""
         if self.error is not None:
             raise self.error
-        self.chan.put((ok, bad, held, batch))
+        if self._closed:
+            raise RuntimeError("the committer is closed")
+        if not self._hand_over((ok, bad, held, batch)):
+            raise self.error or RuntimeError("the commit thread is gone")
+
+    def _hand_over(self, item: Any) -> bool:
+        """Put ``item`` on the channel; False if the thread is not running (after an error it still
+        drains the channel, so this does not block for long)."""
+        while self.is_alive():
+            try:
+                self.chan.put(item, timeout=0.5)
+                return True
+            except Full:
+                continue
+        return False
 
     def run(self) -> None:
         while (item := self.chan.get()) is not None:
             if self.error is not None:
                 continue  # drain without writing: the main thread raises the error
             ok, bad, held, batch = item
-            t0 = time.perf_counter()
             try:
+                t0 = time.perf_counter()
                 if ok:
                     self.done += self.queue.complete(self.worker, ok)
                 for tid, reason in bad:
                     self.queue.fail(self.worker, tid, reason, retry=False)
                 self.failed += len(bad)
-            except BaseException as exc:  # handed to the main thread
+                self.timing["commit_s"] += time.perf_counter() - t0
+                self.keeper.release(held)
+                self.emit({"event": "progress", "done": self.done, "failed": self.failed, "batch": batch,
+                           "t": time.time(), **self.timing})  # fmt: skip
+            except BaseException as exc:  # a queue error, a broken pipe to the supervisor: raised in the main thread
                 self.error = exc
-                continue
-            self.timing["commit_s"] += time.perf_counter() - t0
-            self.keeper.release(held)
-            self.emit({"event": "progress", "done": self.done, "failed": self.failed, "batch": batch,
-                       "t": time.time(), **self.timing})  # fmt: skip
 
     def close(self, check: bool = True) -> None:
         """Write what was handed over, stop the thread; with ``check``, raise the writer's first error."""
         if not self._closed:
             self._closed = True
-            self.chan.put(None)
-            self.join()
+            if self._hand_over(None):
+                self.join()
         if check and self.error is not None:
             raise self.error
 

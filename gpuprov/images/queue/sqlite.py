@@ -12,14 +12,14 @@ dead worker's tasks by the step. Keep hosts on NTP.
 One :class:`SqliteQueue` per process (never share one across ``fork``); it is safe to use from
 several threads of that process. The file must be on a local filesystem (WAL needs shared memory).
 
-Writers queue for the write lock on ``<file>-lock`` with ``flock(2)`` before ``BEGIN IMMEDIATE``.
-sqlite's own busy handler polls with sleeps that grow to 100 ms, so a waiter can sleep long after the
-lock is free, and one worker can wait many turns: on one H200 with 8 workers per GPU (each claiming in
-one thread and committing in another) the workers' main threads waited 3-18 s for their next batch
-without the flock and 2-4 s with it (docs/benchmarks.md). The kernel wakes a flock waiter when the lock
-is released and drops the lock of a killed process. A stopped (SIGSTOP) writer holds the others until
-it continues or dies, as it would hold sqlite's lock. Where the lock file cannot be opened (a
-read-only folder), sqlite's busy handler alone orders the writers.
+Writers take ``flock(2)`` on ``<file>-lock`` before ``BEGIN IMMEDIATE``, trying again every 0.1-2 ms
+until the busy timeout. sqlite's own busy handler sleeps up to 100 ms between tries, so a waiter slept
+long after the lock was free: on one H200 with 8 workers per GPU (each claiming in one thread and
+committing in another) the workers waited 3-18 s for their next batch with sqlite's handler alone and
+2-4 s with a blocking flock (docs/benchmarks.md; this bounded form keeps the timeout and was measured
+on the CPU only). The kernel drops the lock of a killed process; a stopped (SIGSTOP) writer, or a child
+it forked that still holds the descriptor, makes the others give up after the busy timeout with
+:class:`QueueUnavailable`. Where the lock file cannot be opened, sqlite's busy handler alone serves.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpuprov.images.queue.base import (
     DEFAULT_LEASE_S,
@@ -100,7 +100,8 @@ class SqliteQueue:
         self.max_attempts = max_attempts
         self.lease_s = lease_s
         self._lock = threading.Lock()
-        self._lock_fd: int | None = None  # opened once the file is known to be a queue
+        self._busy_timeout_s = busy_timeout_s
+        self._lock_file: BinaryIO | None = None  # opened once the file is known to be a queue
         try:
             self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
@@ -119,10 +120,10 @@ class SqliteQueue:
                 raise QueueUnavailable(f"{self.path}: queue schema {version}, this gpuprov reads {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise QueueUnavailable(f"{self.path}: cannot open the sqlite queue: {exc}") from exc
-        self._lock_fd = _open_lock_file(self.path)
+        self._lock_file = _open_lock_file(self.path)
 
     def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self._lock, self.path, self._lock_fd)
+        return _Transaction(self._db, self._lock, self.path, self._lock_file, self._busy_timeout_s)
 
     def submit(self, payloads: Iterable[dict[str, Any]]) -> int:
         """See :meth:`Queue.submit`."""
@@ -267,9 +268,9 @@ class SqliteQueue:
         """See :meth:`Queue.close`."""
         with self._lock:
             self._db.close()
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            if self._lock_file is not None:
+                self._lock_file.close()
+                self._lock_file = None
 
     def _require(self, task_ids: Iterable[str]) -> None:
         ids = list(dict.fromkeys(task_ids))
@@ -282,19 +283,41 @@ class SqliteQueue:
                 raise UnknownTask(f"{self.path}: no such task: {', '.join(missing[:5])}")
 
 
-def _open_lock_file(path: Path) -> int | None:
-    """The descriptor of ``<path>-lock`` (created with the queue file's permissions, closed on exec), or
-    None where it cannot be opened."""
-    lock = path.with_name(path.name + "-lock")
+def _open_lock_file(path: Path) -> BinaryIO | None:
+    """``<path>-lock`` beside the real queue file (symbolic links followed), created with the queue
+    file's permissions and opened read-only (flock needs no more, so every user who can read the queue
+    can queue for it); None where it cannot be opened. Closed on exec, and when collected."""
+    real = Path(os.path.realpath(path))
+    lock = real.with_name(real.name + "-lock")
     try:
-        mode = path.stat().st_mode & 0o666
+        mode = real.stat().st_mode & 0o666
     except OSError:
         mode = 0o644
     try:
-        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, mode)
     except OSError as exc:
         log.debug("no write-lock file %s (%s): sqlite's busy handler alone orders writers", lock, exc)
         return None
+    return os.fdopen(fd, "rb", buffering=0)
+
+
+def _flock(lock: BinaryIO, timeout_s: float, path: Path) -> None:
+    """Take ``lock`` exclusively, trying every 0.1 ms doubling to 2 ms; :class:`QueueUnavailable` after
+    ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0001
+    while True:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise QueueUnavailable(
+                    f"{path}: another process has held the queue's write lock for {timeout_s:g} s "
+                    "(a stopped or hung worker?)"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
 
 
 def _statements() -> list[str]:
@@ -309,23 +332,36 @@ class _Transaction:
     tasks are leased atomically; other processes wait up to the busy timeout.
     """
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock, path: Path, lock_fd: int | None = None) -> None:
-        self._db, self._lock, self._path, self._lock_fd = db, lock, path, lock_fd
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        lock: threading.Lock,
+        path: Path,
+        lock_file: BinaryIO | None = None,
+        timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
+        self._db, self._lock, self._path, self._lock_file, self._timeout_s = db, lock, path, lock_file, timeout_s
+        self._flocked = False
 
     def __enter__(self) -> None:
         self._lock.acquire()
         try:
-            if self._lock_fd is not None:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            if self._lock_file is not None:
+                _flock(self._lock_file, self._timeout_s, self._path)
+                self._flocked = True
             self._db.execute("BEGIN IMMEDIATE")
-        except (sqlite3.OperationalError, OSError) as exc:
+        except (sqlite3.Error, OSError) as exc:
             self._unlock()
             raise QueueUnavailable(f"{self._path}: cannot lock the sqlite queue: {exc}") from exc
+        except BaseException:  # QueueUnavailable from the flock wait, KeyboardInterrupt: never keep a lock
+            self._unlock()
+            raise
 
     def _unlock(self) -> None:
         try:
-            if self._lock_fd is not None:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            if self._flocked and self._lock_file is not None:
+                self._flocked = False
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
         finally:
             self._lock.release()
 

@@ -166,3 +166,34 @@ def test_bad_input_is_refused_with_the_reason() -> None:
     gray = Decoded(torch.zeros((1, 8, 8), dtype=torch.uint8), 255.0)
     with pytest.raises(ValueError, match=r"image 0: .*8-bit RGB"):
         fused.crop_resize_normalise([gray], 8, half=False)
+    empty = Decoded(torch.zeros((3, 5, 0), dtype=torch.uint8), 255.0)
+    with pytest.raises(ValueError, match=r"image 0: .*non-empty"):
+        fused.crop_resize_normalise([empty], 8, half=False)
+    for size in (0, fused.MAX_SIZE + 1):
+        with pytest.raises(ValueError, match=r"outside 1\.\.4095"):
+            fused.crop_resize_normalise(_decs(), size, half=False)
+
+
+def test_what_the_kernel_cannot_take_goes_to_the_reference_without_disabling_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty image (its own error, from the reference) and an output side beyond the kernel's grid
+    limit take the reference path; the kernel stays in use for the next batch."""
+    seen: list[int] = []
+
+    def kernel(decs: Any, size: int, *, half: bool) -> Any:
+        seen.append(len(decs))
+        return pipeline.normalise(pipeline.crop_resize_batch(decs, size), half=half)
+
+    monkeypatch.setattr(fused, "available", lambda device: True)
+    monkeypatch.setattr(fused, "crop_resize_normalise", kernel)
+    monkeypatch.setattr(fused.KERNEL, "failed", None)
+    empty = Decoded(torch.zeros((3, 5, 0), dtype=torch.uint8), 255.0)
+    with pytest.raises(RuntimeError):
+        fused.resize_normalise([*_decs(), empty], 8, half=False)
+    assert seen == [3] and fused.KERNEL.failed is None
+    monkeypatch.setattr(fused, "MAX_SIZE", 4)
+    fused.resize_normalise(_decs(), 8, half=False)
+    assert seen == [3], "a size beyond the grid limit is not sent to the kernel"
+    with pytest.raises(ValueError, match="size 0"):
+        fused.resize_normalise(_decs(), 0, half=False)

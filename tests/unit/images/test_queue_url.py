@@ -152,6 +152,57 @@ def test_sqlite_writers_queue_on_the_lock_file(tmp_path: Path) -> None:
     assert not (tmp_path / "junk.db-lock").exists()
 
 
+def test_sqlite_lock_wait_is_bounded_and_never_leaves_a_lock_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that holds the lock for longer than the busy timeout (stopped, hung, or a forked child
+    that kept the descriptor) makes the others fail with a reason, not wait forever; an interrupt while
+    waiting leaves neither the flock nor the connection's thread lock held."""
+    import fcntl
+    import os
+
+    from gpuprov.images.queue import sqlite as sqlite_queue
+
+    path = tmp_path / "q.db"
+    q = SqliteQueue(path, busy_timeout_s=0.3)
+    other = os.open(tmp_path / "q.db-lock", os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(QueueUnavailable, match=r"held the queue's write lock for 0.3 s"):
+            q.submit([{"path": "/a.jpg"}])
+        fcntl.flock(other, fcntl.LOCK_UN)
+    finally:
+        os.close(other)
+    assert q.submit([{"path": "/a.jpg"}]) == 1
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sqlite_queue, "_flock", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        q.submit([{"path": "/b.jpg"}])
+    monkeypatch.undo()
+    assert q.stats().pending == 1  # the thread lock was released
+    assert q.submit([{"path": "/b.jpg"}]) == 1
+    q.close()
+
+
+def test_sqlite_lock_file_follows_links_and_is_closed_with_the_queue(tmp_path: Path) -> None:
+    import gc
+
+    real = tmp_path / "real.db"
+    SqliteQueue(real).close()
+    (tmp_path / "alias.db").symlink_to(real)
+    q = SqliteQueue(tmp_path / "alias.db")
+    q.close()
+    assert sorted(p.name for p in tmp_path.glob("*-lock")) == ["real.db-lock"], "one lock file per queue"
+    fds = len(list(Path("/proc/self/fd").iterdir()))
+    for _ in range(20):
+        SqliteQueue(real)  # never closed: collected
+    gc.collect()
+    assert len(list(Path("/proc/self/fd").iterdir())) <= fds + 1
+
+
 def test_sqlite_home_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """sqlite:~/q.db (the shell does not expand a tilde inside a URL) is the file in the home folder."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

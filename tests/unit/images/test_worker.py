@@ -387,3 +387,35 @@ def test_committer_error_reaches_the_main_thread_and_stops_writing() -> None:
     assert queue.log == [], "nothing after the failed batch is written and no lease is released"
     with pytest.raises(RuntimeError, match="database is locked"):
         committer.put([("x", {})], [], ["x"], 1)
+
+
+def test_committer_that_cannot_report_stops_the_worker_instead_of_hanging() -> None:
+    """A broken pipe to the supervisor (its emit) must reach the main thread, not kill the thread
+    silently while the lease keeper renews the batch's leases forever."""
+    queue = _RecordingQueue()
+
+    def emit(event: dict[str, Any]) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    committer = Committer(queue, "w", _Keeper(queue), emit, {"commit_s": 0.0})  # type: ignore[arg-type]
+    committer.start()
+    committer.put([("a", {})], [], ["a"], 1)
+    with pytest.raises(BrokenPipeError):
+        for i in range(10):  # within a few puts the error is raised; none blocks
+            committer.put([(f"t{i}", {})], [], [f"t{i}"], 1)
+    with pytest.raises(BrokenPipeError):
+        committer.close()
+    assert not committer.is_alive()
+    # the first batch was written (then its report failed); nothing after it is written
+    assert queue.log == [("complete", ["a"]), ("release", ["a"])]
+
+
+def test_committer_refuses_batches_once_closed() -> None:
+    queue = _RecordingQueue()
+    committer = Committer(queue, "w", _Keeper(queue), lambda e: None, {"commit_s": 0.0})  # type: ignore[arg-type]
+    committer.start()
+    committer.close()
+    committer.close()  # twice is fine
+    with pytest.raises(RuntimeError, match="closed"):
+        committer.put([("z", {})], [], ["z"], 1)
+    assert queue.log == []
