@@ -99,10 +99,10 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _exit_on_sigterm(follow: bool) -> None:
-    """A service (``--follow``): SIGTERM raises SystemExit(143), so ``supervise`` stops the workers on its way out."""
-    if follow:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+def _exit_on_sigterm() -> None:
+    """SIGTERM (``kill``, ``systemctl stop``) raises SystemExit(143), so ``supervise`` stops the workers on
+    its way out instead of leaving them to run on their own."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 @click.group("images")
@@ -205,7 +205,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             console.log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
 
     states_ref: list[SlotState] = []
-    _exit_on_sigterm(follow)
+    _exit_on_sigterm()
     try:
         states_ref.extend(supervise(base, slots, on_event, procs_per_gpu))
         rows, fails = write_manifest(queue, out)
@@ -240,5 +240,5 @@ def status_cmd(url: str, as_json: bool) -> None:
     for state, n in counts.items():
         table.add_row(state, str(n))
     output.console().print(table)
-    for shard, state, reason in failures:
-        click.echo(f"shard {shard}: {state}: {reason}")
+    for shard, state, reason, payload in failures:
+        click.echo(f"shard {shard} ({payload.get('path') or payload.get('key')}): {state}: {reason}")

@@ -666,7 +666,7 @@ def _stop(states: list[SlotState]) -> None:
 def write_manifest(queue: Queue, out: Path) -> tuple[int, int]:
     """Write ``manifest.jsonl`` (and ``.parquet`` if pyarrow is there) and ``failures.jsonl`` in shard order."""
     rows = [{"shard": shard, **row} for shard, row in queue.results()]
-    fails = [{"shard": s, "state": st, "reason": r} for s, st, r in queue.failures()]
+    fails = [{"shard": s, "path": p.get("path"), "state": st, "reason": r} for s, st, r, p in queue.failures()]
     atomic_write(out / "manifest.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
     atomic_write(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in fails).encode())
     try:

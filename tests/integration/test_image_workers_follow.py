@@ -64,3 +64,55 @@ def test_follow_serves_new_work_and_stops_on_sigterm(tmp_path: Path) -> None:
     status = subprocess.run([*gpuprov, "images", "status", "--json"], env=env, check=True, capture_output=True,
                             text=True, timeout=60)  # fmt: skip
     assert json.loads(status.stdout)["done"] == 7
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    """Every live process whose parent chain reaches ``pid`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, pp in parents.items() if pp in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def test_a_one_off_run_stopped_by_sigterm_leaves_no_worker_behind(tmp_path: Path) -> None:
+    """Not only services: ``kill`` of a plain ``images run`` stops its workers (exit 143) instead of leaving
+    them to finish on their own, re-parented, and die on a broken pipe."""
+    url = f"sqlite:///{tmp_path}/q.db"
+    env = dict(os.environ, GPUPROV_IMAGES_QUEUE=url)
+    gpuprov = [sys.executable, "-m", "gpuprov"]
+    _images(tmp_path / "in", 0, 60)
+    subprocess.run([*gpuprov, "images", "submit", str(tmp_path / "in")], env=env, check=True, timeout=60)
+    proc = subprocess.Popen(
+        [*gpuprov, "images", "run", "--quiet", "--out", str(tmp_path / "out"), "--task", "thumbnail", "--size", "32",
+         "--gpus", "cpu", "--batch", "1", "--threads", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _children(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = _children(proc.pid)
+    assert workers, "the run started no worker"
+    time.sleep(2)  # the workers are importing or working
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    alive = [p for p in workers if _running(p)]
+    assert alive == [], f"workers left running after the run was stopped: {alive}"

@@ -147,8 +147,9 @@ class Queue(Protocol):
         """``(shard, row)`` for each done task, in shard order, exactly one per task."""
         ...
 
-    def failures(self) -> Iterator[tuple[int, str, str]]:
-        """``(shard, state, reason)`` for each failed or dead task, in shard order."""
+    def failures(self) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+        """``(shard, state, reason, payload)`` for each failed or dead task, in shard order (the payload
+        names the input, e.g. its ``path``)."""
         ...
 
     def close(self) -> None:

@@ -150,15 +150,17 @@ class RedisQueue:
                 if row is not None:  # a done task always has its row
                     yield shard, load_json(row)
 
-    def failures(self) -> Iterator[tuple[int, str, str]]:
+    def failures(self) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
         """See :meth:`Queue.failures`."""
         for page in self._pages("failed"):
             ids = [tid for _, tid in page]
             states = self._call(self._r.hmget, self._k["state"], ids)
             reasons = self._call(self._r.hmget, self._k["failure"], ids)
-            for (shard, _), state, reason in zip(page, states, reasons, strict=True):
+            records = self._call(self._r.hmget, self._k["task"], ids)
+            for (shard, _), state, reason, record in zip(page, states, reasons, records, strict=True):
                 if state in (b"failed", b"dead"):
-                    yield shard, state.decode(), (reason or b"").decode()
+                    payload = load_json(record)["payload"] if record else {}
+                    yield shard, state.decode(), (reason or b"").decode(), payload
 
     def _pages(self, zset: str) -> Iterator[list[tuple[int, bytes]]]:
         after = "-inf"

@@ -102,6 +102,12 @@ class SqliteQueue:
         self._lock = threading.Lock()
         self._busy_timeout_s = busy_timeout_s
         self._lock_file: BinaryIO | None = None  # opened once the file is known to be a queue
+        folder = self.path.resolve().parent  # a missing "rel/.." is taken lexically, as sqlite takes it
+        if not folder.is_dir():
+            raise QueueUnavailable(
+                f"{self.path}: the folder {folder} does not exist; create it first "
+                "(the queue file is created, its folder is not)"
+            )
         try:
             self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
@@ -256,13 +262,14 @@ class SqliteQueue:
                 return
             after = page[-1][0]
 
-    def failures(self) -> Iterator[tuple[int, str, str]]:
+    def failures(self) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
         """See :meth:`Queue.failures`."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT shard, state, COALESCE(reason, '') FROM tasks WHERE state IN ('failed', 'dead') ORDER BY shard"
+                "SELECT shard, state, COALESCE(reason, ''), payload FROM tasks WHERE state IN ('failed', 'dead')"
+                " ORDER BY shard"
             ).fetchall()
-        yield from ((shard, state, reason) for shard, state, reason in rows)
+        yield from ((shard, state, reason, load_json(payload)) for shard, state, reason, payload in rows)
 
     def close(self) -> None:
         """See :meth:`Queue.close`."""

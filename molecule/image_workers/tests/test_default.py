@@ -65,6 +65,10 @@ def test_service_running_enabled_as_its_user(host: Any) -> None:
     cache = environ[b"TRITON_CACHE_DIR"].decode()
     assert cache == "/var/cache/gpuprov-worker/triton", cache
     assert host.file("/var/cache/gpuprov-worker").user == USER
+    # ... and what Triton compiles its launcher with: a C compiler and the headers of the venv's Python
+    script = "import sysconfig; print(sysconfig.get_paths()['include'])"
+    include = host.check_output(f'/opt/gpuprov/venv/bin/python -c "{script}"')
+    assert host.file(f"{include}/Python.h").exists and host.exists("gcc")
 
 
 def test_env_file_is_root_only_and_pins_cuda(host: Any) -> None:

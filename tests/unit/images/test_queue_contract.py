@@ -123,7 +123,7 @@ def test_fail_without_retry_is_final(queue: Queue) -> None:
     queue.fail("a", t0.id, "corrupt PNG header", retry=False)
     queue.fail("b", t1.id, "not the holder", retry=False)  # ignored
     assert queue.stats() == QueueStats(pending=0, leased=1, done=0, failed=1, dead=0)
-    assert list(queue.failures()) == [(0, "failed", "corrupt PNG header")]
+    assert list(queue.failures()) == [(0, "failed", "corrupt PNG header", {"path": "/img/0000.png"})]
     with pytest.raises(UnknownTask):
         queue.fail("a", "no-such-id", "x", retry=False)
 
@@ -136,7 +136,7 @@ def test_fail_with_retry_goes_back_then_dead_after_max_attempts(queue: Queue) ->
         queue.fail("a", t.id, "CUDA OOM", retry=True)
     assert queue.claim("a", 1, 30) == []
     assert queue.stats() == QueueStats(pending=0, leased=0, done=0, failed=0, dead=1)
-    ((shard, state, reason),) = queue.failures()
+    ((shard, state, reason, _),) = queue.failures()
     assert (shard, state) == (0, "dead")
     assert "CUDA OOM" in reason
 
@@ -150,7 +150,7 @@ def test_expired_lease_past_max_attempts_is_dead_lettered(queue: Queue) -> None:
     got = queue.claim("b", 2, 30)
     assert [t.shard for t in got] == [1]
     assert queue.stats() == QueueStats(pending=0, leased=1, done=0, failed=0, dead=1)
-    ((shard, state, reason),) = queue.failures()
+    ((shard, state, reason, _),) = queue.failures()
     assert (shard, state) == (0, "dead")
     assert "expired" in reason
 

@@ -53,7 +53,7 @@ def test_bad_urls_are_usage_errors(url: str, tmp_path: Path, monkeypatch: pytest
 
 
 def test_unopenable_sqlite_file_is_an_environment_error(tmp_path: Path) -> None:
-    with pytest.raises(QueueUnavailable) as err:
+    with pytest.raises(QueueUnavailable, match=r"folder .*missing-dir does not exist; create it") as err:
         open_queue(f"sqlite://{tmp_path}/missing-dir/q.db")
     assert err.value.exit_code == EXIT_ENVIRONMENT
     (tmp_path / "junk.db").write_bytes(b"not a database" * 100)

@@ -153,6 +153,7 @@ def test_worker_processes_queue_and_records_corrupt(tmp_path: Path) -> None:
         assert r["sha256"] in thumb.name and Image.open(io.BytesIO(thumb.read_bytes())).size[0] <= 32
     failure = json.loads((tmp_path / "out" / "failures.jsonl").read_text())
     assert failure["shard"] == 10 and "decode error" in failure["reason"]
+    assert failure["path"] == str(tmp_path / "in" / "corrupt.jpg"), "a failure names its file"
     assert events[-1] == {"event": "exit", "done": 10, "failed": 1}
     assert not list((tmp_path / "out").rglob("*.tmp"))
     q.close()
