@@ -105,6 +105,24 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def _check_same_task(queue: Any, url: str, label: str) -> None:
+    """Refuse (:class:`ConfigError`, exit 2) a run whose task differs from the one that made the queue's
+    results: results are kept per image, so another task would get the first one's rows back unchanged."""
+    rows = queue.results()
+    try:
+        first = next(iter(rows), None)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    made_by = first[1].get("task") if first else None
+    if made_by is not None and made_by != label:
+        raise ConfigError(
+            f"--queue {url}: its results were made by task {made_by!r}, this run asks for {label!r}; a queue keeps "
+            "one result per image, so submit the images to a new queue for another task"
+        )
+
+
 @click.group("images")
 def command() -> None:
     """Process large image sets on every GPU of this host through a durable queue."""
@@ -161,7 +179,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.metrics import Metrics
     from gpuprov.images.queue import open_queue
-    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, write_manifest
+    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, task_label, write_manifest
 
     _check_run_options(task, model, batch, lease_s)
     out.mkdir(parents=True, exist_ok=True)
@@ -175,6 +193,11 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
                         jpeg=jpeg)  # fmt: skip
     metrics = Metrics(metrics_port)
     queue = open_queue(url, create=follow)  # a one-off run on a mistyped path: exit 2, no empty queue
+    try:
+        _check_same_task(queue, url, task_label(task, str(model) if model else None))
+    except ConfigError:
+        queue.close()
+        raise
     console = output.console(stderr=True, quiet=quiet)
     started = time.monotonic()
     last_poll = [0.0]

@@ -81,6 +81,12 @@ class Slot:
     share: int = 1  # worker processes pinned to this device (they split its free memory)
 
 
+def task_label(task: str | None, model: str | None) -> str:
+    """What made a result row, as its ``task`` field records it: the built-in task's name, or
+    ``model:<file name>`` for a user model."""
+    return task or f"model:{Path(model or '').name}"
+
+
 @dataclass
 class WorkerConfig:
     """What one worker process needs; crosses the process boundary as JSON."""
@@ -473,7 +479,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
             timing["wait_s"] += time.perf_counter() - t0
             if ready is None:
                 break
-            ok, bad = _process(ready, task, backoff, timing)
+            ok, bad = _process(ready, task, backoff, timing, task_label(cfg.task, cfg.model))
             committer.put(ok, bad, [t.id for t, _ in ready.claimed.entries], backoff.batch)
         committer.close()
     finally:
@@ -485,7 +491,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
 
 
 def _process(
-    ready: Ready, task: Any, backoff: Backoff, timing: dict[str, float]
+    ready: Ready, task: Any, backoff: Backoff, timing: dict[str, float], label: str
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:
     _adopt(ready)
     bad = list(ready.unreadable)
@@ -510,7 +516,7 @@ def _process(
             except (RuntimeError, ValueError) as one:
                 bad.append((item.task_id, f"task error: {one}"))
     timing["task_s"] += time.perf_counter() - t1
-    ok = [(it.task_id, {"path": it.path, "sha256": it.sha256, **row}) for it, row in pairs]
+    ok = [(it.task_id, {"path": it.path, "sha256": it.sha256, "task": label, **row}) for it, row in pairs]
     return ok, bad
 
 

@@ -97,3 +97,28 @@ def test_binary_manifest_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["images", "submit", str(manifest), "--queue", f"sqlite:///{tmp_path}/q.db"]) == 2
     err = capsys.readouterr().err
     assert "UTF-8" in err and "Traceback" not in err
+
+
+def test_another_task_on_a_queue_with_results_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Results are kept per image: a thumbnail run on a queue that a stats run finished would hand back the
+    stats rows as its manifest. It is refused before any worker starts; the same task runs (a no-op)."""
+    import json
+
+    from PIL import Image
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(3):
+        Image.new("RGB", (40 + i, 30), (i * 40, 60, 90)).save(folder / f"{i}.jpg")
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    assert main(["images", "submit", str(folder), "--queue", url]) == 0
+    run = ["images", "run", "--queue", url, "--gpus", "cpu", "--quiet", "--batch", "2"]
+    assert main([*run, "--out", str(tmp_path / "a"), "--task", "stats"]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "a" / "manifest.jsonl").read_text().splitlines()]
+    assert [r["task"] for r in rows] == ["stats"] * 3
+    capsys.readouterr()
+    assert main([*run, "--out", str(tmp_path / "b"), "--task", "thumbnail"]) == 2
+    err = capsys.readouterr().err
+    assert "made by task 'stats', this run asks for 'thumbnail'" in err and "new queue" in err
+    assert not (tmp_path / "b" / "manifest.jsonl").exists()
+    assert main([*run, "--out", str(tmp_path / "c"), "--task", "stats"]) == 0
