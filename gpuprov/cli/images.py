@@ -105,9 +105,14 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def _check_same_task(queue: Any, url: str, label: str) -> None:
-    """Refuse (:class:`ConfigError`, exit 2) a run whose task differs from the one that made the queue's
-    results: results are kept per image, so another task would get the first one's rows back unchanged."""
+def _open_for_run(url: str, follow: bool, label: str) -> Any:
+    """The queue a run works on. A one-off run on a mistyped path exits 2 and creates no empty queue
+    (a service, ``follow``, creates it). A run whose task (``label``) differs from the one that made the
+    queue's results exits 2 (:class:`ConfigError`): results are kept per image, so another task would get
+    the first one's rows back unchanged."""
+    from gpuprov.images.queue import open_queue
+
+    queue = open_queue(url, create=follow)
     rows = queue.results()
     try:
         first = next(iter(rows), None)
@@ -117,10 +122,12 @@ def _check_same_task(queue: Any, url: str, label: str) -> None:
             close()
     made_by = first[1].get("task") if first else None
     if made_by is not None and made_by != label:
+        queue.close()
         raise ConfigError(
             f"--queue {url}: its results were made by task {made_by!r}, this run asks for {label!r}; a queue keeps "
             "one result per image, so submit the images to a new queue for another task"
         )
+    return queue
 
 
 @click.group("images")
@@ -178,7 +185,6 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             metrics_port: int | None, quiet: bool, follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.metrics import Metrics
-    from gpuprov.images.queue import open_queue
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, task_label, write_manifest
 
     _check_run_options(task, model, batch, lease_s)
@@ -192,12 +198,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
                         None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
                         jpeg=jpeg)  # fmt: skip
     metrics = Metrics(metrics_port)
-    queue = open_queue(url, create=follow)  # a one-off run on a mistyped path: exit 2, no empty queue
-    try:
-        _check_same_task(queue, url, task_label(task, str(model) if model else None))
-    except ConfigError:
-        queue.close()
-        raise
+    queue = _open_for_run(url, follow, task_label(task, str(model) if model else None))
     console = output.console(stderr=True, quiet=quiet)
     started = time.monotonic()
     last_poll = [0.0]
