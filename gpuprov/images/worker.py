@@ -115,7 +115,11 @@ def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slo
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError, ImportError: no GPU here
         if gpus != "all":
-            raise EnvironmentMissing(f"--gpus {gpus}: NVML is unavailable ({exc})") from exc
+            raise EnvironmentMissing(
+                f"--gpus {gpus}: NVML is unavailable ({exc}); is the NVIDIA driver loaded? "
+                "(--gpus cpu runs on the CPU)"
+            ) from exc
+        log.warning("--gpus all: NVML is unavailable (%s); running on the CPU", exc)
         return cpu
     try:
         found = []
@@ -126,6 +130,9 @@ def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slo
     finally:
         nvml.nvmlShutdown()
     if not found:
+        if gpus != "all":
+            raise EnvironmentMissing(f"--gpus {gpus}: NVML sees no GPU (--gpus cpu runs on the CPU)")
+        log.warning("--gpus all: NVML sees no GPU; running on the CPU")
         return cpu
     if gpus == "all":
         return found

@@ -420,3 +420,25 @@ def test_committer_refuses_batches_once_closed() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         committer.put([("z", {})], [], ["z"], 1)
     assert queue.log == []
+
+
+def test_gpus_without_a_usable_gpu_name_the_fix(caplog: pytest.LogCaptureFixture) -> None:
+    """An explicit --gpus with no NVML or no GPU is an environment error naming --gpus cpu; --gpus all falls
+    back to the CPU with a warning (a service on a host whose driver broke would otherwise crawl silently)."""
+    from gpuprov.exceptions import EnvironmentMissing
+
+    class NoDriver:
+        def nvmlInit(self) -> None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    class NoGPU(FakeNVML):
+        def nvmlDeviceGetCount(self) -> int:
+            return 0
+
+    for nvml in (NoDriver(), NoGPU()):
+        with pytest.raises(EnvironmentMissing, match=r"--gpus 0: NVML .*--gpus cpu runs on the CPU"):
+            resolve_slots("0", nvml=nvml)
+        with caplog.at_level("WARNING", logger="gpuprov.images.worker"):
+            assert [s.name for s in resolve_slots("all", nvml=nvml)] == ["cpu0"]
+        assert "running on the CPU" in caplog.text
+        caplog.clear()
