@@ -136,8 +136,9 @@ class Reboot(Strict):
 
 class ImageWorkers(Strict):
     """Image-processing workers: on/off, which GPUs (all, cpu or indexes), queue name, batch size (auto:
-    decided at run time) and worker processes per GPU (4: on an H200, 1 process reached 4,821 img/s of
-    decode + resize + ResNet-50, 4 reached 10,586 and 8 reached 10,890; docs/benchmarks.md)."""
+    decided at run time) and worker processes per GPU (default 4: on an H200, 1 process reached 4,821 img/s
+    of decode + resize + ResNet-50, 4 reached 11,011 and 8 reached 12,300-13,100 steady, with more host
+    CPU and memory; docs/benchmarks.md)."""
 
     enabled: bool = False
     gpus: WorkerGpus = "all"
