@@ -6,8 +6,12 @@ fleet file), ``status`` (exit 0 when every host is up, 3 otherwise) and ``down``
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -33,6 +37,31 @@ def _split_oses(values: Sequence[str]) -> list[str]:
     return oses
 
 
+@contextlib.contextmanager
+def _progress() -> Iterator[None]:
+    """Print the lab's own progress log (``gpuprov.lab`` at INFO: image build steps, container boot, key,
+    simulated hardware, stand-in repository) to stderr, each line with the seconds since the start."""
+    started = time.time()
+
+    class Elapsed(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"lab: [{record.created - started:4.0f} s] {record.getMessage()}"
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Elapsed())
+    logger = logging.getLogger("gpuprov.lab")
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
 @click.group("lab")
 def command() -> None:
     """Run a local lab fleet of systemd containers that look like bare servers."""
@@ -51,7 +80,8 @@ def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
     for os_name in _split_oses(oses) or list(OS_CHOICES):
         if rebuild or images.find_image(client, os_name) is None:
             click.echo(f"building {images.image_name(os_name)} (a few minutes) ...", err=True)
-        ref, result = images.ensure_image_result(os_name, rebuild=rebuild, client=client)
+        with _progress():
+            ref, result = images.ensure_image_result(os_name, rebuild=rebuild, client=client)
         size_mb = dockerenv.image_size(client, ref) / 1e6
         if result is None:
             click.echo(f"{ref}  (cached, {size_mb:.0f} MB)")
@@ -90,7 +120,8 @@ def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[
     chosen = _split_oses(oses) or list(containers.DEFAULT_OSES)
     hardware_profiles = _split_list(profiles) or [hardware.DEFAULT_PROFILE]
     lab_dir = state.state_dir()
-    hosts = containers.up(count, chosen, profiles=hardware_profiles, lab_dir=lab_dir)
+    with _progress():
+        hosts = containers.up(count, chosen, profiles=hardware_profiles, lab_dir=lab_dir)
     path = fleetfile.write_fleet_file(fleet_file, hosts, state.key_path(lab_dir), state.known_hosts_path(lab_dir),
                                       repo.lab_fingerprint(lab_dir))
     for host in hosts:
@@ -103,7 +134,8 @@ def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[
 def status_cmd(as_json: bool) -> None:
     """Show each lab host; exit 0 when all are running and answer SSH, 3 otherwise.
 
-    With ``--json`` each host is ``{name (inventory name), container, os, state, port, ssh, up}``.
+    With ``--json`` each host is ``{name (inventory name), container, os, state, port, ssh, up, reason}``
+    (``reason``: why a host is not up and what repairs it; ``""`` when it is).
     """
     from gpuprov.lab import containers
 
@@ -112,16 +144,16 @@ def status_cmd(as_json: bool) -> None:
     if as_json:
         hosts = [
             {"name": r.hostname, "container": r.name, "os": r.os, "state": r.state, "port": r.port,
-             "ssh": r.ssh_ok, "up": r.up}
+             "ssh": r.ssh_ok, "up": r.up, "reason": r.reason}
             for r in rows
         ]  # fmt: skip
         click.echo(json.dumps({"hosts": hosts, "up": bool(rows) and not down}, indent=2))
     else:
         table = Table(title="gpuprov lab")
-        for column in ("name", "host", "os", "state", "port", "ssh"):
+        for column in ("name", "host", "os", "state", "port", "ssh", "why not"):
             table.add_column(column)
         for r in rows:
-            table.add_row(r.name, r.hostname, r.os, r.state, str(r.port or "-"), "yes" if r.ssh_ok else "no")
+            table.add_row(r.name, r.hostname, r.os, r.state, str(r.port or "-"), "yes" if r.ssh_ok else "no", r.reason)
         output.console().print(table)
     if not rows:
         raise HostsFailed("no lab hosts: run `gpuprov lab up`", [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import shlex
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -39,7 +40,8 @@ SSH_TIMEOUT_S = 60
 @dataclass(frozen=True)
 class HostStatus:
     """What :func:`status` found for one host; ``state`` is Docker's (``running``, ``exited`` ...)
-    or ``missing``; ``ssh_ok`` is whether ``ssh`` with the lab key and known_hosts ran ``true``."""
+    or ``missing``; ``ssh_ok`` is whether ``ssh`` with the lab key and known_hosts ran ``true``;
+    ``reason`` is ``""`` for a host that is up, else why it is not and what repairs it (:func:`diagnose`)."""
 
     name: str
     hostname: str
@@ -47,6 +49,7 @@ class HostStatus:
     state: str
     port: int
     ssh_ok: bool
+    reason: str = ""
 
     @property
     def up(self) -> bool:
@@ -88,15 +91,55 @@ def ssh_argv(host: LabHost, lab_dir: Path, command: str = "true", timeout_s: int
     ]  # fmt: skip
 
 
-def ssh_ok(host: LabHost, lab_dir: Path, timeout_s: int = 5) -> bool:
-    """Whether ``ssh`` to ``host`` runs ``true`` within ``timeout_s`` seconds (plus a margin)."""
+def ssh_probe(host: LabHost, lab_dir: Path, timeout_s: int = 5) -> tuple[bool, str]:
+    """``(ok, error)``: whether ``ssh`` to ``host`` ran ``true`` within ``timeout_s`` seconds (plus a margin),
+    and ssh's last line of error output when it did not."""
     try:
         proc = subprocess.run(
-            ssh_argv(host, lab_dir, timeout_s=timeout_s), capture_output=True, timeout=timeout_s + 10, check=False
+            ssh_argv(host, lab_dir, timeout_s=timeout_s), capture_output=True, text=True, timeout=timeout_s + 10,
+            check=False,
         )
     except subprocess.TimeoutExpired:
+        return False, f"ssh did not finish within {timeout_s + 10} s"
+    lines = proc.stderr.strip().splitlines()
+    return proc.returncode == 0, (lines[-1] if lines else f"ssh exited {proc.returncode}")
+
+
+def ssh_ok(host: LabHost, lab_dir: Path, timeout_s: int = 5) -> bool:
+    """Whether ``ssh`` to ``host`` runs ``true`` within ``timeout_s`` seconds (plus a margin)."""
+    return ssh_probe(host, lab_dir, timeout_s)[0]
+
+
+def port_listening(port: int, address: str = "127.0.0.1", timeout_s: float = 2.0) -> bool:
+    """Whether something accepts TCP connections on ``address:port`` (Docker's proxy for a published port)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return True
+    except OSError:
         return False
-    return proc.returncode == 0
+
+
+def diagnose(container: Any, host: LabHost, lab_dir: Path) -> str:
+    """Why ``host`` (its ``container``, or ``None`` when missing) does not answer SSH, with the repair; ``""``
+    when it does. Checked in order: container missing or not running, SSH port not published or not
+    listening (Docker's port forwarding gone, e.g. after dockerd lost its session), sshd not active in the
+    container, ssh itself refusing (key, host key)."""
+    repair = "run `gpuprov lab up`"
+    if container is None:
+        return f"container {host.name} is missing: {repair}"
+    if container.status != "running":
+        return f"container {host.name} is {container.status}: {repair}"
+    published = _port_of(container)
+    if published is None:
+        return f"{host.name} publishes no SSH port: {repair} (it recreates the container)"
+    if not port_listening(published):
+        return (f"nothing listens on 127.0.0.1:{published} (Docker's port forwarding for {host.name} is gone, "
+                f"e.g. dockerd lost its terminal session): {repair} (it restarts the container)")
+    code, active = _exec(container, "systemctl is-active ssh")
+    if code != 0:
+        return f"sshd is not running in {host.name} (systemctl is-active ssh: {active.strip() or code}): {repair}"
+    ok, error = ssh_probe(host, lab_dir)
+    return "" if ok else f"ssh to 127.0.0.1:{published} failed: {error}"
 
 
 def _lab_containers(client: Any) -> dict[str, Any]:
@@ -165,6 +208,41 @@ def _authorize(container: Any, public_key: str) -> None:
         )
 
 
+def _reconcile(existing: dict[str, Any], layout: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The running containers of ``layout`` that can be kept: lab containers outside it, or with another OS or
+    host name, are removed; stopped ones started; running ones whose SSH port Docker no longer forwards
+    restarted. Hosts missing from the result are to be created."""
+    wanted = {name for name, _, _ in layout}
+    for name, container in existing.items():
+        if name not in wanted:
+            log.info("removing %s (not in the layout)", name)
+            container.remove(force=True)
+    containers: dict[str, Any] = {}
+    for name, hostname, os_name in layout:
+        container = existing.get(name)
+        if container is not None and (
+            container.labels.get(LABEL_HOST_OS) != os_name or container.attrs["Config"]["Hostname"] != hostname
+        ):
+            container.remove(force=True)
+            container = None
+        if container is not None and container.status != "running":
+            log.info("%s: starting the stopped container", name)
+            try:
+                container.start()
+            except Exception as exc:  # port taken meanwhile, or a broken container: recreate it
+                log.warning("could not start %s (%s); recreating it", name, exc)
+                container.remove(force=True)
+                container = None
+        elif container is not None and (port := _port_of(container)) is not None and not port_listening(port):
+            # running, but Docker's forwarding of its SSH port is gone (its docker-proxy died): a restart
+            # publishes the port again
+            log.info("%s: nothing listens on 127.0.0.1:%d; restarting the container", name, port)
+            container.restart(timeout=5)
+        if container is not None:
+            containers[name] = container
+    return containers
+
+
 def up(
     hosts: int,
     oses: Sequence[str] = DEFAULT_OSES,
@@ -194,29 +272,7 @@ def up(
     lab_dir = state.ensure_state_dir(lab_dir)
     public_key = state.ensure_keypair(lab_dir)
     refs = {os_name: images.ensure_image(os_name, client=client) for os_name in dict.fromkeys(oses)}
-    existing = _lab_containers(client)
-    wanted = {name for name, _, _ in layout}
-    for name, container in existing.items():
-        if name not in wanted:
-            log.info("removing %s (not in the layout)", name)
-            container.remove(force=True)
-    containers: dict[str, Any] = {}
-    for name, hostname, os_name in layout:
-        container = existing.get(name)
-        if container is not None and (
-            container.labels.get(LABEL_HOST_OS) != os_name or container.attrs["Config"]["Hostname"] != hostname
-        ):
-            container.remove(force=True)
-            container = None
-        if container is not None and container.status != "running":
-            try:
-                container.start()
-            except Exception as exc:  # port taken meanwhile, or a broken container: recreate it
-                log.warning("could not start %s (%s); recreating it", name, exc)
-                container.remove(force=True)
-                container = None
-        if container is not None:
-            containers[name] = container
+    containers = _reconcile(_lab_containers(client), layout)
     used = {p for c in containers.values() if (p := _port_of(c)) is not None}
     missing = [item for item in layout if item[0] not in containers]
     for (name, hostname, os_name), port in zip(missing, allocate_ports(len(missing), reserved=used), strict=True):
@@ -229,20 +285,27 @@ def up(
         published = _port_of(container)
         if published is None:
             raise HostsFailed(f"{name} publishes no ssh port", [hostname])
+        log.info("%s: waiting for systemd and the SSH host keys", hostname)
         host_keys = _wait_booted(container, boot_timeout_s)
+        log.info("%s: installing the lab key", hostname)
         _authorize(container, public_key)
         profile = profiles[index % len(profiles)]
+        log.info("%s: installing the simulated hardware (profile %s)", hostname, profile)
         hardware.install(container, os_name, profile)
+        log.info("%s: serving the stand-in NVIDIA repository", hostname)
         repo.install(container, lab_dir, os_name)
         known += state.known_hosts_lines(published, host_keys)
         lab_hosts.append(LabHost(name, hostname, os_name, published, profile))
     state.write_known_hosts(lab_dir, known)
     state.save_hosts(lab_dir, lab_hosts)
-    _wait_ssh(lab_hosts, lab_dir)
+    log.info("waiting for SSH with the lab key on %d host(s)", len(lab_hosts))
+    _wait_ssh(lab_hosts, lab_dir, containers)
     return lab_hosts
 
 
-def _wait_ssh(hosts: list[LabHost], lab_dir: Path, timeout_s: int = SSH_TIMEOUT_S) -> None:
+def _wait_ssh(hosts: list[LabHost], lab_dir: Path, containers: dict[str, Any],
+              timeout_s: int = SSH_TIMEOUT_S) -> None:
+    """Wait until every host answers SSH; raise HostsFailed naming each host that does not and why."""
     deadline = time.monotonic() + timeout_s
     pending = list(hosts)
     while pending and time.monotonic() < deadline:
@@ -250,8 +313,9 @@ def _wait_ssh(hosts: list[LabHost], lab_dir: Path, timeout_s: int = SSH_TIMEOUT_
         if pending:
             time.sleep(1)
     if pending:
-        names = sorted(h.hostname for h in pending)
-        raise HostsFailed(f"sshd did not accept the lab key within {timeout_s} s on {', '.join(names)}", names)
+        reasons = [f"{h.hostname}: {diagnose(containers.get(h.name), h, lab_dir) or 'answers now'}" for h in pending]
+        raise HostsFailed(f"SSH with the lab key did not work within {timeout_s} s: " + "; ".join(reasons),
+                          sorted(h.hostname for h in pending))
 
 
 def status(*, lab_dir: Path | None = None, client: Any = None) -> list[HostStatus]:
@@ -265,12 +329,14 @@ def status(*, lab_dir: Path | None = None, client: Any = None) -> list[HostStatu
         container = existing.pop(host.name, None)
         current = container.status if container is not None else "missing"
         reachable = current == "running" and ssh_ok(host, lab_dir)
-        result.append(HostStatus(host.name, host.hostname, host.os, current, host.port, reachable))
+        reason = "" if reachable else diagnose(container, host, lab_dir)
+        result.append(HostStatus(host.name, host.hostname, host.os, current, host.port, reachable, reason))
     for name, container in sorted(existing.items()):  # lab containers this state dir does not know
         port = _port_of(container) or 0
         host = LabHost(name, container.attrs["Config"]["Hostname"], container.labels.get(LABEL_HOST_OS, "?"), port)
         reachable = container.status == "running" and ssh_ok(host, lab_dir)
-        result.append(HostStatus(name, host.hostname, host.os, container.status, port, reachable))
+        reason = "" if reachable else diagnose(container, host, lab_dir)
+        result.append(HostStatus(name, host.hostname, host.os, container.status, port, reachable, reason))
     return result
 
 

@@ -17,6 +17,7 @@ when no image with the current hash exists. Downloaded packages are cached under
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import fcntl
@@ -28,7 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,10 +229,13 @@ def build_image(spec: ImageSpec, *, client: Any = None, mirrors: Mirrors | None 
     steps: dict[str, float] = {}
     try:
         root = workdir / "rootfs"
+        log.info("%s: debootstrap %s (download and unpack %d packages)", name, spec.suite, len(packages()))
         _debootstrap(spec, mirrors, root)
         steps["debootstrap"] = time.monotonic() - started
+        log.info("%s: configure (recipes/configure.sh in a chroot: users, units, initramfs)", name)
         _configure(spec, mirrors, root)
         steps["configure"] = time.monotonic() - started - sum(steps.values())
+        log.info("%s: docker import", name)
         labels = {
             LABEL_HASH: digest,
             LABEL_OS: spec.os_name,
@@ -250,16 +254,41 @@ def build_image(spec: ImageSpec, *, client: Any = None, mirrors: Mirrors | None 
     return BuildResult(f"{name}:{digest}", seconds, size, steps)
 
 
-def _run(step: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-    """Run one build step; on failure raise EnvironmentMissing with the output's last lines."""
+def _run(step: str, argv: list[str], env: dict[str, str] | None = None,
+         on_line: Callable[[str], None] | None = None) -> None:
+    """Run one build step, handing each line of its output to ``on_line``; on failure raise EnvironmentMissing
+    with the output's last lines."""
     log.debug("lab build: %s", " ".join(argv))
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    tail: collections.deque[str] = collections.deque(maxlen=25)
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise EnvironmentMissing(
             f"lab image build failed at {step} (exit {proc.returncode}); check the mirror and network, "
-            f"then rerun `gpuprov lab images --rebuild`:\n{tail}"
+            f"then rerun `gpuprov lab images --rebuild`:\n" + "\n".join(tail)
         )
+
+
+def _debootstrap_stages(name: str) -> Callable[[str], None]:
+    """An ``on_line`` that logs each new debootstrap stage once (``I: Retrieving``, ``I: Extracting``,
+    ``I: Configuring``, ...), not each package."""
+    seen: set[str] = set()
+
+    def on_line(line: str) -> None:
+        if not line.startswith("I: "):
+            return
+        words = line[3:].split()
+        stage = " ".join(words[:1] if len(words) > 2 else words)  # "Retrieving libc6 2.36" -> "Retrieving"
+        if stage not in seen:
+            seen.add(stage)
+            log.info("%s: debootstrap: %s", name, line[3:])
+
+    return on_line
 
 
 def _debootstrap(spec: ImageSpec, mirrors: Mirrors, root: Path) -> None:
@@ -281,6 +310,7 @@ def _debootstrap(spec: ImageSpec, mirrors: Mirrors, root: Path) -> None:
             mirrors.debian,
         ],
         env,
+        _debootstrap_stages(image_name(spec.os_name)),
     )
 
 

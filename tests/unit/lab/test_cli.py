@@ -98,7 +98,7 @@ def test_status_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     assert doc["up"] is False
     assert doc["hosts"][1] == {
         "name": "lab-debian12-2", "container": "gpuprov-lab-2", "os": "debian12",
-        "state": "missing", "port": 22202, "ssh": False, "up": False,
+        "state": "missing", "port": 22202, "ssh": False, "up": False, "reason": "",
     }  # fmt: skip
 
 
@@ -113,3 +113,21 @@ def test_down_purge(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixtu
     assert main(["lab", "down", "--purge"]) == 0
     assert seen == {"purge": True}
     assert "removed 1 lab container" in capsys.readouterr().out
+
+
+def test_up_prints_each_step_of_the_lab_to_stderr(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The lab's progress log (gpuprov.lab at INFO) reaches stderr during `lab up`, with elapsed seconds, and
+    only then: the logger is as it was afterwards."""
+    import logging
+
+    def up(count: int, oses: list[str], **_: Any) -> list[LabHost]:
+        logging.getLogger("gpuprov.lab.containers").info("%s: installing the lab key", "lab-debian12-1")
+        return [LabHost("gpuprov-lab-1", "lab-debian12-1", "debian12", 22201)]
+
+    monkeypatch.setattr(containers, "up", up)
+    before = (logging.getLogger("gpuprov.lab").level, logging.getLogger("gpuprov.lab").propagate)
+    assert main(["lab", "up", "--hosts", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "s] lab-debian12-1: installing the lab key" in err and err.startswith("lab: [")
+    assert (logging.getLogger("gpuprov.lab").level, logging.getLogger("gpuprov.lab").propagate) == before

@@ -33,6 +33,13 @@ class FakeContainer:
     def reload(self) -> None:
         pass
 
+    def restart(self, timeout: int = 10) -> None:
+        self.client.events.append(f"restart {self.name}")
+        self.client.dead_ports.discard(int(self.attrs["HostConfig"]["PortBindings"]["22/tcp"][0]["HostPort"]))
+
+    def exec_run(self, argv: list[str], user: str = "") -> tuple[int, bytes]:
+        return (0, b"active\n") if self.client.sshd_active else (3, b"inactive\n")
+
 
 class FakeContainers:
     def __init__(self, client: FakeClient) -> None:
@@ -54,6 +61,8 @@ class FakeClient:
         self.by_name: dict[str, FakeContainer] = {}
         self.events: list[str] = []
         self.hardware: list[tuple[str, str, str]] = []
+        self.dead_ports: set[int] = set()  # published, but nothing listens (Docker's proxy gone)
+        self.sshd_active = True
         self.containers = FakeContainers(self)
 
     def add(self, n: int, os_name: str, port: int, status: str = "running") -> None:
@@ -70,10 +79,13 @@ def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     monkeypatch.setattr(hardware, "install", lambda container, os_name, profile: container.client.hardware.append(
         (container.name, os_name, profile)))
     monkeypatch.setattr(repo, "install", lambda container, lab_dir, os_name: None)
-    monkeypatch.setattr(containers, "_wait_ssh", lambda hosts, lab_dir: None)
-    monkeypatch.setattr(containers, "ssh_ok", lambda host, lab_dir: True)
+    monkeypatch.setattr(containers, "_wait_ssh", lambda hosts, lab_dir, running: None)
+    fake = FakeClient()
+    monkeypatch.setattr(containers, "port_listening", lambda port: port not in fake.dead_ports)
+    monkeypatch.setattr(containers, "ssh_probe", lambda host, lab_dir, timeout_s=5: (
+        (host.port not in fake.dead_ports and fake.sshd_active), "Connection refused"))
     monkeypatch.setattr("gpuprov.lab.ports.port_is_free", lambda port, address="127.0.0.1": True)
-    return FakeClient()
+    return fake
 
 
 def test_fresh_lab_creates_hosts_on_the_lowest_ports(client: FakeClient, tmp_path: Path) -> None:
@@ -119,6 +131,32 @@ def test_status_reports_missing_and_unknown_hosts(client: FakeClient, tmp_path: 
         ("gpuprov-lab-2", "missing", False),
         ("gpuprov-lab-7", "exited", False),
     ]
+    assert rows[0].reason == ""
+    assert rows[1].reason == "container gpuprov-lab-2 is missing: run `gpuprov lab up`"
+    assert rows[2].reason == "container gpuprov-lab-7 is exited: run `gpuprov lab up`"
+
+
+def test_status_says_when_the_ssh_port_is_gone_or_sshd_is_down(client: FakeClient, tmp_path: Path) -> None:
+    containers.up(2, lab_dir=tmp_path, client=client)
+    client.dead_ports.add(22201)
+    rows = containers.status(lab_dir=tmp_path, client=client)
+    assert not rows[0].up and rows[1].up
+    assert "nothing listens on 127.0.0.1:22201" in rows[0].reason and "gpuprov lab up" in rows[0].reason
+    client.dead_ports.clear()
+    client.sshd_active = False
+    rows = containers.status(lab_dir=tmp_path, client=client)
+    assert all("sshd is not running" in r.reason for r in rows), rows
+
+
+def test_up_restarts_a_running_host_whose_port_vanished(client: FakeClient, tmp_path: Path) -> None:
+    """Docker's port forwarding of a running container can die with dockerd's session: up restarts that host
+    (which publishes the port again) and leaves the healthy one alone."""
+    client.add(1, "debian12", 22201)
+    client.add(2, "ubuntu2004", 22202)
+    client.dead_ports.add(22202)
+    hosts = containers.up(2, lab_dir=tmp_path, client=client)
+    assert client.events == ["restart gpuprov-lab-2"]
+    assert [h.port for h in hosts] == [22201, 22202] and not client.dead_ports
 
 
 def test_down_removes_containers_and_purge_removes_state(client: FakeClient, tmp_path: Path) -> None:
