@@ -20,7 +20,15 @@ from rich.console import Console
 
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, ConfigError
 from gpuprov.fleet import Fleet, load_fleet
-from gpuprov.recap import ProgressPrinter, findings_table, recap_table, retry_command, summary, write_summary
+from gpuprov.recap import (
+    ProgressPrinter,
+    findings_table,
+    needs_table,
+    recap_table,
+    retry_command,
+    summary,
+    write_summary,
+)
 from gpuprov.render import render_inventory
 from gpuprov.resources import playbooks_dir, roles_dir, state_dir
 from gpuprov.roles import list_roles, role_playbook
@@ -192,9 +200,9 @@ def execute(options: ApplyOptions, console: Console) -> int:
     result = run_playbook(request, on_event=ProgressPrinter(console))
     code = exit_code(result, options.check)
     console.print(recap_table(result, options.check))
-    findings = findings_table(result)
-    if findings is not None:
-        console.print(findings)
+    for table in (findings_table(result), needs_table(result)):
+        if table is not None:
+            console.print(table)
     data = summary(result, fleet=options.fleet, playbook=label, check=options.check, exit_code=code)
     write_summary(run_dir / "summary.json", data)
     if options.json_path is not None:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuprov.exceptions import ConfigError
+from gpuprov.needs import failure_message
 from gpuprov.runner import RESULT_EVENTS, RunResult
 
 #: Version of the ``--json`` summary layout (documented in README.md, "Run summary (--json)").
@@ -55,7 +56,7 @@ class ProgressPrinter:
             state = "changed"
         if state in ("changed", "failed", "unreachable"):
             line = f"  {host:<24}   {state}: {data.get('task', '')}"
-            msg = res.get("msg") if state != "changed" else None
+            msg = failure_message(res) if state != "changed" else None
             self.console.print(line + (f" - {msg}" if msg else ""), style=_STYLE[state], markup=False,
                                highlight=False)
 
@@ -92,6 +93,23 @@ def findings_table(result: RunResult) -> Table | None:
         table.add_row(name, f"[{style.get(severity, 'white')}]{severity}[/]",
                       f"{f.get('role', '')}/{f.get('id', '')}", str(f.get("subject", "")),
                       str(f.get("evidence", "")), str(f.get("fix", "")))
+    return table
+
+
+def needs_table(result: RunResult) -> Table | None:
+    """What each host needs from the admin (pending reboots, services that failed, findings at warn or worse);
+    None when no host needs anything."""
+    rows = [(name, need) for name in sorted(result.hosts) for need in result.hosts[name].needs]
+    if not rows:
+        return None
+    table = Table(title="needs the admin", title_justify="left")
+    for column in ("host", "need", "role", "subject", "detail"):
+        table.add_column(column)
+    style = {"reboot": "bold yellow", "service": "bold red", "finding": "yellow"}
+    for name, need in rows:
+        kind = str(need.get("kind", ""))
+        table.add_row(name, f"[{style.get(kind, 'white')}]{kind}[/]", str(need.get("role", "")),
+                      str(need.get("subject", "")), str(need.get("detail", "")))
     return table
 
 
@@ -145,6 +163,7 @@ def summary(result: RunResult, *, fleet: Path, playbook: str, check: bool, exit_
                           "duration_s": round(t.duration_s, 3)} for r, t in sorted(h.roles.items())},
             "failures": h.failures,
             "findings": h.findings,
+            "needs": h.needs,
         }
     return {
         "version": SUMMARY_VERSION,

@@ -35,6 +35,7 @@ import ansible_runner
 
 from gpuprov.ansible_settings import BASE_ENV
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError, Interrupted
+from gpuprov.needs import failure_message, host_needs, item_label, truthy
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +106,12 @@ class HostResult:
     """One host's outcome: counts from ansible-runner's stats, duration and failures from its events.
 
     ``duration_s`` runs from the host's first task start to its last task end (seconds);
-    ``failures`` holds ``{"role", "task", "msg"}`` for each failed or unreachable task; ``findings`` the
-    latest ``ansible_facts['gpuprov_findings']`` a role published (``{role, id, severity, subject,
-    evidence, fix}`` each, e.g. from bios_check).
+    ``failures`` holds ``{"role", "task", "msg", "action", "item"}`` for each failed or unreachable task (``msg``
+    from :func:`gpuprov.needs.failure_message`: a loop's failed items, an HTTP status, a command's stderr;
+    ``item`` the failed loop items' labels); ``findings`` the latest ``ansible_facts['gpuprov_findings']`` a role
+    published (``{role, id, severity, subject, evidence, fix}`` each, e.g. from bios_check);
+    ``reboot_required`` role -> the last value of its ``<role>_reboot_required`` fact and ``reported_needs`` the
+    latest ``ansible_facts['gpuprov_needs']``: :attr:`needs` combines them (:func:`gpuprov.needs.host_needs`).
     """
 
     name: str
@@ -122,8 +126,15 @@ class HostResult:
     roles: dict[str, RoleTiming] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
+    reboot_required: dict[str, bool] = field(default_factory=dict)
+    reported_needs: list[dict[str, Any]] = field(default_factory=list)
     first_start: dt.datetime | None = None
     last_end: dt.datetime | None = None
+
+    @property
+    def needs(self) -> list[dict[str, Any]]:
+        """What the admin must act on for this host (``{kind, role, subject, detail}`` each)."""
+        return host_needs(self.reboot_required, self.reported_needs, self.failures, self.findings)
 
     @property
     def status(self) -> str:
@@ -217,12 +228,20 @@ class EventCollector:
         if isinstance(res, dict) and res.get("changed"):
             timing.changed += 1
         facts = res.get("ansible_facts") if isinstance(res, dict) else None
-        if isinstance(facts, dict) and isinstance(facts.get("gpuprov_findings"), list):
-            host.findings = [f for f in facts["gpuprov_findings"] if isinstance(f, dict)]
+        if isinstance(facts, dict):
+            if isinstance(facts.get("gpuprov_findings"), list):
+                host.findings = [f for f in facts["gpuprov_findings"] if isinstance(f, dict)]
+            if isinstance(facts.get("gpuprov_needs"), list):
+                host.reported_needs = [n for n in facts["gpuprov_needs"] if isinstance(n, dict)]
+            for key, value in facts.items():
+                if key.endswith("_reboot_required") and key != "_reboot_required":
+                    host.reboot_required[key.removesuffix("_reboot_required")] = truthy(value)
         if state in ("failed", "unreachable") and not data.get("ignore_errors"):
             timing.failed += 1
-            msg = res.get("msg", "") if isinstance(res, dict) else ""
-            host.failures.append({"role": role, "task": str(data.get("task", "")), "msg": str(msg)[:2000]})
+            result = res if isinstance(res, dict) else {}
+            items = [item_label(r) for r in result.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+            host.failures.append({"role": role, "task": str(data.get("task", "")), "msg": failure_message(result),
+                                  "action": str(data.get("task_action", "")), "item": ", ".join(items)})
 
 
 def new_run_dir(state: Path, name: str) -> Path:
