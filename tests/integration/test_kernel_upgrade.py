@@ -5,7 +5,9 @@ installs the stand-in nvidia-dkms-535 (a tiny real DKMS module) from a signed lo
 really compiles it. Then a newer kernel is installed (stand-in linux-image/linux-headers-6.1.0-99-amd64
 whose /lib/modules/<k>/build points at the real headers, and which, like a kernel installed while DKMS
 hooks are broken, leaves no module behind): it becomes the default boot kernel, so the next reboot would
-lose the GPUs. The role must build the module for it; a second run reports changed=0 in the stats.
+lose the GPUs. The role must build the module for it; a second run reports changed=0 in the stats. Every run
+leaves the pending reboot for the admin (the recap's "needs" and ``--json``), naming the kernel the next boot
+starts and that its module is built.
 A container shares the host kernel: loading the module and booting the new kernel are out of reach.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprov.recap import summary
 from gpuprov.standin.catalogue import driver_packages, kernel_headers, kernel_image
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run, task_results
 
@@ -44,6 +47,12 @@ def test_new_kernel_gets_its_module(tmp_path: Path, lab_images: dict[str, str]) 
         second = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
         assert second.status == "successful", second.hosts[host].failures
         assert second.hosts[host].changed > 0
+        (need,) = second.hosts[host].needs
+        assert (need["kind"], need["role"], need["subject"], need["module_built"]) == (
+            "reboot", "nvidia_driver", NEW, True), need
+        assert f"reboot into kernel {NEW} (running {kernel})" in need["detail"], need
+        assert summary(second, fleet=Path("f"), playbook="nvidia_driver", check=False,
+                       exit_code=0)["hosts"][host]["needs"] == [need]
         built = [r for r in task_results(second, BUILD_TASK) if r.get("changed") and "cmd" in r]
         assert [r["cmd"][-1] for r in built] == [NEW], built
         exec_ok(container, f"modinfo -k {NEW} -F filename nvidia | grep -q /updates/dkms/nvidia.ko")
@@ -54,3 +63,4 @@ def test_new_kernel_gets_its_module(tmp_path: Path, lab_images: dict[str, str]) 
         third = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
         assert third.status == "successful"
         assert third.hosts[host].changed == 0
+        assert third.hosts[host].needs == [need]  # still pending: nothing rebooted
