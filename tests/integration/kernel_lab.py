@@ -3,6 +3,7 @@ the signed stand-in repository copied into it, and playbook runs through gpuprov
 
 from __future__ import annotations
 
+import fcntl
 import io
 import tarfile
 import uuid
@@ -40,20 +41,65 @@ def exec_ok(container: Any, script: str) -> str:
     return text
 
 
+#: Options every systemd test container runs with (unprivileged: SYS_ADMIN and NET_ADMIN, cgroups read-only).
+SYSTEMD_RUN = {"command": "/lib/systemd/systemd", "detach": True, "cap_add": ["SYS_ADMIN", "NET_ADMIN"],
+               "security_opt": ["seccomp=unconfined"], "tmpfs": {"/run": "", "/run/lock": ""},
+               "volumes": {"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}}}
+#: Undo what a first boot leaves in a container that is to become an image (each container then makes its own).
+FIRST_BOOT_UNDO = "rm -f /etc/ssh/ssh_host_* && : > /etc/machine-id && rm -rf /tmp/* /var/tmp/*"
+
+
+def dkms_image(image: str) -> str:
+    """``image`` with :data:`PREPARE` done (dkms, gcc, make, the kernel's real headers), committed as
+    ``gpuprov-test-dkms-<os>:<hash of the base image id and PREPARE>`` the first time and reused after.
+
+    Every DKMS test starts from the same prepared state; installing those packages anew for each test
+    (apt lists, ~70 packages, dpkg triggers) was repeated work. A flock makes concurrent test processes
+    build it once; older tags of the same name are removed."""
+    import hashlib
+
+    import docker
+
+    from gpuprov.lab import dockerenv
+    from gpuprov.lab.images import cache_dir
+
+    client = docker.from_env()
+    base = client.images.get(image)
+    os_name = base.labels.get("org.gpuprov.lab.os", "lab")
+    repository = f"gpuprov-test-dkms-{os_name}"
+    digest = hashlib.sha256(f"{base.id}\0{PREPARE}\0{FIRST_BOOT_UNDO}".encode()).hexdigest()[:12]
+    ref = f"{repository}:{digest}"
+    lock = cache_dir(os_name).parent / f"{repository}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if dockerenv.image_exists(client, ref):
+            return ref
+        container = client.containers.run(image, name=f"gpuprov-dkms-build-{uuid.uuid4().hex[:8]}", **SYSTEMD_RUN)
+        try:
+            exec_ok(container, PREPARE)
+            exec_ok(container, FIRST_BOOT_UNDO)
+            container.commit(repository=repository, tag=digest)
+        finally:
+            container.remove(force=True)
+        dockerenv.remove_stale_tags(client, repository, keep={digest})
+    return ref
+
+
 @contextmanager
 def dkms_container(image: str, label: str) -> Iterator[tuple[Any, str]]:
-    """A running lab container with dkms, gcc, make and the real headers of its kernel; yields it and
-    the kernel version (the container's "running" kernel for the roles: the real one is the host's)."""
+    """A running lab container with dkms, gcc, make and the real headers of its kernel (from
+    :func:`dkms_image`); yields it and the kernel version (the container's "running" kernel for the roles:
+    the real one is the host's)."""
     import docker
 
     client = docker.from_env()
-    container = client.containers.run(
-        image, command="/lib/systemd/systemd", name=f"gpuprov-{label}-{uuid.uuid4().hex[:8]}", detach=True,
-        cap_add=["SYS_ADMIN", "NET_ADMIN"], security_opt=["seccomp=unconfined"],
-        tmpfs={"/run": "", "/run/lock": ""}, volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
-    )
+    container = client.containers.run(dkms_image(image), name=f"gpuprov-{label}-{uuid.uuid4().hex[:8]}",
+                                      **SYSTEMD_RUN)
     try:
-        kernel = exec_ok(container, PREPARE).split()[-1]
+        # systemd-tmpfiles cleans /tmp during boot, which breaks apt's signature check if apt runs first
+        kernel = exec_ok(container, "systemctl is-system-running --wait >/dev/null 2>&1 || true; "
+                                    "ls /boot | sed -n 's/^vmlinuz-//p' | sort | tail -n1").split()[-1]
         yield container, kernel
     finally:
         container.remove(force=True)
