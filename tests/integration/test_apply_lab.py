@@ -102,7 +102,9 @@ def test_drift_after_a_hand_change_and_none_after_reapply(lab: tuple[Path, dict[
     assert report["drifted"] == {victim["name"]: ["driver"]}, report["drifted"]
     assert f"{package} is not installed" in report["hosts"][victim["name"]]["driver"]["note"]
 
-    repaired = gpuprov("apply", str(fleet), "--json", str(cwd / "repaired.json"), env=env, cwd=cwd)
+    # the role that owns the package repairs it (the whole site converged in test_main_job); check below reads all
+    repaired = gpuprov("apply", str(fleet), "--role", "nvidia_driver", "--json", str(cwd / "repaired.json"),
+                       env=env, cwd=cwd)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert _summary(cwd / "repaired.json")[victim["name"]]["changed"] > 0
     after = gpuprov("check", str(fleet), "--json", str(cwd / "after.json"), env=env, cwd=cwd)
@@ -117,13 +119,15 @@ def test_stopped_host_gives_exit_3_and_retry_command(lab: tuple[Path, dict[str, 
     victim = status["hosts"][-1]
     subprocess.run(["docker", "stop", "-t", "1", victim["container"]], check=True, capture_output=True)
     try:
-        run = gpuprov("apply", str(fleet), "--json", str(cwd / "partial.json"), env=env, cwd=cwd)
+        # one role is enough to meet the stopped host: exit 3 and the retry command are the run's, not a role's
+        run = gpuprov("apply", str(fleet), "--role", "nouveau", "--json", str(cwd / "partial.json"), env=env, cwd=cwd)
         assert run.returncode == 3, run.stdout + run.stderr
         hosts = _summary(cwd / "partial.json")
         assert hosts[victim["name"]]["unreachable"] == 1
         others = [h for name, h in hosts.items() if name != victim["name"]]
         assert others and all(h["failed"] == 0 and h["unreachable"] == 0 for h in others)
-        assert f"gpuprov apply {fleet} --json {cwd / 'partial.json'} --limit {victim['name']}" in run.stdout
+        assert (f"gpuprov apply {fleet} --role nouveau --json {cwd / 'partial.json'} --limit {victim['name']}"
+                in run.stdout)
     finally:
         up = gpuprov("lab", "up", "--hosts", "2", "--profile", PROFILES, "--fleet-file", str(fleet), env=env,
                      cwd=cwd)
@@ -138,7 +142,9 @@ def test_no_secret_in_run_records(lab: tuple[Path, dict[str, str]]) -> None:
     assert "ssh:" in text
     secret_fleet = fleet.with_name("lab-secret.yml")
     secret_fleet.write_text(text.replace("ssh:\n", "ssh:\n  become_password: {env: GPUPROV_TEST_BECOME}\n", 1))
-    run = gpuprov("apply", str(secret_fleet), "-v", env=dict(env, GPUPROV_TEST_BECOME=secret), cwd=fleet.parent)
+    # every task of every role becomes root with it: one role's run shows whether it leaks
+    run = gpuprov("apply", str(secret_fleet), "--role", "nouveau", "-v", env=dict(env, GPUPROV_TEST_BECOME=secret),
+                  cwd=fleet.parent)
     assert run.returncode == 0, run.stdout + run.stderr
     assert secret not in run.stdout + run.stderr
     state = Path(env["GPUPROV_STATE_DIR"])
@@ -182,7 +188,9 @@ def test_branch_change_from_the_fleet_file(lab: tuple[Path, dict[str, str]]) -> 
 
     document["settings"]["driver"]["allow_branch_change"] = True
     moved_fleet.write_text(yaml.safe_dump(document, sort_keys=False))
-    moved = gpuprov("apply", str(moved_fleet), "--json", str(cwd / "moved.json"), env=env, cwd=cwd)
+    # the driver role owns the whole driver set, Fabric Manager included
+    moved = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", "--json", str(cwd / "moved.json"), env=env,
+                    cwd=cwd)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     for host in hosts:
         packages = _driver_packages(host["container"])
