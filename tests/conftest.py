@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from xdist_groups import group_of, group_seconds
 
 #: the private redis-server fixture ``redis_url`` (tests/conftest_redis.py) for every test that asks for it
 pytest_plugins = ["conftest_redis"]
@@ -35,35 +36,36 @@ def lab_images(docker_available: None) -> dict[str, str]:
     return {name: ensure_image(name) for name in ("debian12", "ubuntu2004")}
 
 
-#: Test files that use the lab's own containers (``gpuprov-lab-N``, or containers carrying the lab label, which
-#: ``gpuprov lab down`` removes): run one after another, on one worker, when the suite runs in parallel.
-SHARED_LAB_FILES = frozenset({"test_lab.py", "test_apply_lab.py", "test_lab_hardware.py", "test_doctor_lab.py",
-                              "test_verify_lab.py"})
 
-
-def xdist_group_of(item: pytest.Item) -> str:
-    """The pytest-xdist group an item runs in: the shared-lab files together, each Molecule scenario alone,
-    every other test file as a whole (its module-scoped fixtures - a converged container - are built once)."""
-    name = item.path.name
-    if name in SHARED_LAB_FILES:
-        return "shared-lab"
+def _group(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
-    if name == "test_molecule.py" and callspec is not None:
-        return f"molecule-{callspec.params['scenario']}"
-    return item.path.relative_to(item.config.rootpath).as_posix()
+    scenario = callspec.params.get("scenario") if callspec is not None else None
+    return group_of(item.path.relative_to(item.config.rootpath).as_posix(), scenario)
 
 
-def _weight(item: pytest.Item) -> int:
-    """Rough cost class, heaviest first: Molecule scenarios and slow lab tests, other lab tests, the rest."""
+#: Seconds assumed per test of a group no CI run has timed yet, by its marks: Molecule, slow lab, other lab, the rest.
+UNTIMED_SECONDS = {"molecule": 600.0, "slow-lab": 400.0, "lab": 150.0, "": 0.0}
+
+
+def _untimed(item: pytest.Item) -> float:
     marks = {mark.name for mark in item.iter_markers()}
-    return 3 if "molecule" in marks else 2 if {"lab", "slow"} <= marks else 1 if "lab" in marks else 0
+    kind = "molecule" if "molecule" in marks else "slow-lab" if {"lab", "slow"} <= marks else (
+        "lab" if "lab" in marks else "")
+    return UNTIMED_SECONDS[kind]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n N --dist loadgroup``), put each item in its :func:`xdist_group_of` group and order
-    the groups heaviest first, so the long ones start at once and the short ones fill the gaps."""
+    """Under pytest-xdist (``-n N --dist loadgroup``), put each item in its group (tests/xdist_groups.py) and start
+    the groups longest first - by the seconds a CI run measured (tests/data/ci-group-seconds.json), else by
+    :data:`UNTIMED_SECONDS` - so the long ones start at once and the short ones fill the gaps."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    measured = group_seconds()
+    groups = {item.nodeid: _group(item) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
-    items.sort(key=lambda item: -_weight(item))  # stable: each file's own order is kept
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    seconds: dict[str, float] = {}
+    for item in items:
+        group = groups[item.nodeid]
+        seconds[group] = measured[group] if group in measured else seconds.get(group, 0.0) + _untimed(item)
+    items.sort(key=lambda item: -seconds[groups[item.nodeid]])  # stable: each file keeps its own order
