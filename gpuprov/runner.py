@@ -234,7 +234,7 @@ class EventCollector:
             if isinstance(facts.get("gpuprov_needs"), list):
                 host.reported_needs = [n for n in facts["gpuprov_needs"] if isinstance(n, dict)]
             for key, value in facts.items():
-                if key.endswith("_reboot_required") and key != "_reboot_required":
+                if key.endswith("_reboot_required") and not key.startswith("_"):  # a role's output, not internal
                     host.reboot_required[key.removesuffix("_reboot_required")] = truthy(value)
         if state in ("failed", "unreachable") and not data.get("ignore_errors"):
             timing.failed += 1

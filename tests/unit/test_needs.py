@@ -117,3 +117,9 @@ def test_host_needs_orders_reboots_first() -> None:
     needs = host_needs({"mig": True}, [], [{"role": "x", "task": "t", "msg": "m", "action": "service", "item": ""}], [])
     assert [n["kind"] for n in needs] == ["reboot", "service"]
     assert needs[1]["subject"] == "t"
+
+
+def test_internal_facts_are_not_a_roles_reboot() -> None:
+    collector = EventCollector()
+    collector(_ok("gpu1", "hwe_kernel", {"__hwe_kernel_reboot_required": True, "hwe_kernel_reboot_required": False}))
+    assert collector.hosts["gpu1"].reboot_required == {"hwe_kernel": False}
