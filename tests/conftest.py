@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 from xdist_groups import group_of, group_seconds
@@ -55,17 +56,29 @@ def _untimed(item: pytest.Item) -> float:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n N --dist loadgroup``), put each item in its group (tests/xdist_groups.py) and start
-    the groups longest first - by the seconds a CI run measured (tests/data/ci-group-seconds.json), else by
-    :data:`UNTIMED_SECONDS` - so the long ones start at once and the short ones fill the gaps."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    """Start the groups (tests/xdist_groups.py) longest first - by the seconds a CI run measured
+    (tests/data/ci-group-seconds.json), else by :data:`UNTIMED_SECONDS` - so under pytest-xdist the long ones start
+    at once and the short ones fill the gaps. A serial run takes the same order."""
     measured = group_seconds()
     groups = {item.nodeid: _group(item) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     seconds: dict[str, float] = {}
     for item in items:
         group = groups[item.nodeid]
         seconds[group] = measured[group] if group in measured else seconds.get(group, 0.0) + _untimed(item)
     items.sort(key=lambda item: -seconds[groups[item.nodeid]])  # stable: each file keeps its own order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduler with tests/xdist_groups.py's groups as scopes: a group runs on one worker,
+    in collection order. (xdist's own ``--dist loadgroup`` reads ``xdist_group`` marks into node ids, which
+    pytest 9.2's structured node ids no longer take.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, rest = nodeid.partition("::")
+            scenario = rest.split("[", 1)[1].rstrip("]") if "[" in rest else None
+            return group_of(path, scenario)
+
+    return GroupScheduling(config, log)
