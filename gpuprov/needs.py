@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuprov.fleet.problem import redact_credentials
+
 #: Task actions that start, stop or restart a service (their failure is a "service" need).
 SERVICE_ACTIONS = frozenset(
     f"{prefix}{name}" for prefix in ("", "ansible.builtin.", "ansible.legacy.")
@@ -37,7 +39,7 @@ def truthy(value: object) -> bool:
 def item_label(res: dict[str, Any]) -> str:
     """The loop item a per-item result belongs to: its ``loop_control.label``, else the item itself."""
     label = res.get("_ansible_item_label", res.get("item", ""))
-    return label if isinstance(label, str) else str(label)
+    return redact_credentials(label if isinstance(label, str) else str(label))
 
 
 def failure_message(res: dict[str, Any], limit: int = 2000) -> str:
@@ -52,7 +54,7 @@ def failure_message(res: dict[str, Any], limit: int = 2000) -> str:
     if isinstance(results, list) and any(isinstance(r, dict) and r.get("failed") for r in results):
         failed = [r for r in results if isinstance(r, dict) and r.get("failed")]
         text = "; ".join(f"{item_label(r)}: {failure_message(r, limit)}" for r in failed)
-        return (text if not msg or msg.startswith(_GENERIC[0]) else f"{msg}: {text}")[:limit]
+        return redact_credentials(text if not msg or msg.startswith(_GENERIC[0]) else f"{msg}: {text}")[:limit]
     details: list[str] = []
     if "status_code" in res and res.get("status_code") not in (None, -1, 200):
         details.append(f"HTTP {res['status_code']}")
@@ -63,10 +65,11 @@ def failure_message(res: dict[str, Any], limit: int = 2000) -> str:
     if "rc" in res and res.get("rc") not in (None, 0) and (not msg or msg.startswith(_GENERIC[2:])):
         output = str(res.get("stderr") or res.get("stdout") or "").strip().splitlines()
         details.append(f"rc {res['rc']}" + (f": {' / '.join(output[-3:])}" if output else ""))
-    if res.get("module_stderr") and msg.startswith(_GENERIC[3]):
-        details.append(str(res["module_stderr"]).strip().splitlines()[-1])
+    stderr_lines = str(res.get("module_stderr") or "").strip().splitlines()
+    if stderr_lines and msg.startswith(_GENERIC[3]):
+        details.append(stderr_lines[-1])
     text = f"{msg} ({', '.join(details)})" if msg and details else msg or ", ".join(details)
-    return text[:limit]
+    return redact_credentials(text)[:limit]  # a mirror URL may carry user:password
 
 
 def host_needs(reboot_required: dict[str, bool], reported: list[dict[str, Any]], failures: list[dict[str, str]],
@@ -87,9 +90,9 @@ def host_needs(reboot_required: dict[str, bool], reported: list[dict[str, Any]],
             needs.append({**entry, "kind": "reboot", "role": role})
         else:
             needs.append({"kind": "reboot", "role": role, "subject": "host",
-                          "detail": f"reboot required ({role}_reboot_required is true; reboot.allowed is false)"})
+                          "detail": f"reboot required ({role}_reboot_required is true)"})
     for failure in failures:
-        if failure.get("action") in SERVICE_ACTIONS:
+        if failure.get("action") in SERVICE_ACTIONS and failure.get("state", "failed") == "failed":
             needs.append({"kind": "service", "role": failure.get("role", ""),
                           "subject": failure.get("item") or failure.get("task", ""), "detail": failure.get("msg", "")})
     for finding in findings:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpuprov.exceptions import ConfigError
@@ -41,7 +42,7 @@ class ProgressPrinter:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
-            self.console.print(f"[bold]play[/bold] {data.get('play', '')}")
+            self.console.print(f"[bold]play[/bold] {escape(str(data.get('play', '')))}")
             return
         state = RESULT_EVENTS.get(kind)
         host = data.get("host")
@@ -50,7 +51,7 @@ class ProgressPrinter:
         role = str(data.get("role") or "(play)")
         if self._role.get(host) != role:
             self._role[host] = role
-            self.console.print(f"  {host:<24} [bold]{role}[/bold]")
+            self.console.print(f"  {escape(host):<24} [bold]{escape(role)}[/bold]")
         res: dict[str, Any] = data["res"] if isinstance(data.get("res"), dict) else {}
         if state == "ok" and res.get("changed"):
             state = "changed"
@@ -70,7 +71,7 @@ def recap_table(result: RunResult, check: bool) -> Table:
     for name in sorted(result.hosts):
         host = result.hosts[name]
         table.add_row(
-            f"[{_STYLE.get(host.status, 'white')}]{name}[/]",
+            f"[{_STYLE.get(host.status, 'white')}]{escape(name)}[/]",
             str(host.ok), str(host.changed), str(host.failed), str(host.unreachable), str(host.skipped),
             f"{host.duration_s:.1f}s",
         )
@@ -90,9 +91,9 @@ def findings_table(result: RunResult) -> Table | None:
     style = {"fail": "bold red", "warn": "yellow", "info": "cyan"}
     for name, f in rows:
         severity = str(f.get("severity", ""))
-        table.add_row(name, f"[{style.get(severity, 'white')}]{severity}[/]",
-                      f"{f.get('role', '')}/{f.get('id', '')}", str(f.get("subject", "")),
-                      str(f.get("evidence", "")), str(f.get("fix", "")))
+        table.add_row(escape(name), f"[{style.get(severity, 'white')}]{escape(severity)}[/]",
+                      escape(f"{f.get('role', '')}/{f.get('id', '')}"), escape(str(f.get("subject", ""))),
+                      escape(str(f.get("evidence", ""))), escape(str(f.get("fix", ""))))
     return table
 
 
@@ -108,8 +109,8 @@ def needs_table(result: RunResult) -> Table | None:
     style = {"reboot": "bold yellow", "service": "bold red", "finding": "yellow"}
     for name, need in rows:
         kind = str(need.get("kind", ""))
-        table.add_row(name, f"[{style.get(kind, 'white')}]{kind}[/]", str(need.get("role", "")),
-                      str(need.get("subject", "")), str(need.get("detail", "")))
+        table.add_row(escape(name), f"[{style.get(kind, 'white')}]{escape(kind)}[/]", escape(str(need.get("role", ""))),
+                      escape(str(need.get("subject", ""))), escape(str(need.get("detail", ""))))
     return table
 
 

@@ -241,7 +241,8 @@ class EventCollector:
             result = res if isinstance(res, dict) else {}
             items = [item_label(r) for r in result.get("results") or [] if isinstance(r, dict) and r.get("failed")]
             host.failures.append({"role": role, "task": str(data.get("task", "")), "msg": failure_message(result),
-                                  "action": str(data.get("task_action", "")), "item": ", ".join(items)})
+                                  "action": str(data.get("task_action", "")), "item": ", ".join(items),
+                                  "state": state})
 
 
 def new_run_dir(state: Path, name: str) -> Path:

@@ -119,6 +119,17 @@ def port_listening(port: int, address: str = "127.0.0.1", timeout_s: float = 2.0
         return False
 
 
+def _port_answers(port: int, tries: int = 3) -> bool:
+    """Whether the port accepts a connection in any of ``tries`` probes 0.5 s apart (a loaded machine can miss
+    one): a running host is restarted only when every probe fails."""
+    for attempt in range(tries):
+        if port_listening(port):
+            return True
+        if attempt + 1 < tries:
+            time.sleep(0.5)
+    return False
+
+
 def diagnose(container: Any, host: LabHost, lab_dir: Path) -> str:
     """Why ``host`` (its ``container``, or ``None`` when missing) does not answer SSH, with the repair; ``""``
     when it does. Checked in order: container missing or not running, SSH port not published or not
@@ -233,11 +244,16 @@ def _reconcile(existing: dict[str, Any], layout: list[tuple[str, str, str]]) -> 
                 log.warning("could not start %s (%s); recreating it", name, exc)
                 container.remove(force=True)
                 container = None
-        elif container is not None and (port := _port_of(container)) is not None and not port_listening(port):
+        elif container is not None and (port := _port_of(container)) is not None and not _port_answers(port):
             # running, but Docker's forwarding of its SSH port is gone (its docker-proxy died): a restart
             # publishes the port again
             log.info("%s: nothing listens on 127.0.0.1:%d; restarting the container", name, port)
-            container.restart(timeout=5)
+            try:
+                container.restart(timeout=5)
+            except Exception as exc:  # e.g. the port is taken meanwhile: recreate it, as for a failed start
+                log.warning("could not restart %s (%s); recreating it", name, exc)
+                container.remove(force=True)
+                container = None
         if container is not None:
             containers[name] = container
     return containers

@@ -123,3 +123,19 @@ def test_internal_facts_are_not_a_roles_reboot() -> None:
     collector = EventCollector()
     collector(_ok("gpu1", "hwe_kernel", {"__hwe_kernel_reboot_required": True, "hwe_kernel_reboot_required": False}))
     assert collector.hosts["gpu1"].reboot_required == {"hwe_kernel": False}
+
+
+def test_credentials_markup_and_empty_stderr_are_safe(tmp_path: Path) -> None:
+    res = {"msg": "Request failed", "status_code": 401, "url": "https://user:s3cret@mirror.example/key"}
+    assert "s3cret" not in failure_message(res) and "mirror.example" in failure_message(res)
+    assert failure_message({"msg": "MODULE FAILURE\nSee stdout/stderr", "module_stderr": "  \n"}).startswith("MODULE")
+    collector = EventCollector()
+    collector(_failed("[/h]", "x", "ansible.builtin.systemd_service", {"msg": "See [/var/log/x] and [bold]"}))
+    collector({"event": "runner_on_unreachable", "event_data": {"host": "[/h]", "role": "x", "task": "t",
+               "task_action": "ansible.builtin.systemd_service", "res": {"msg": "Failed to connect"}}})
+    result = _result(collector, tmp_path)
+    out = io.StringIO()
+    table = needs_table(result)
+    assert table is not None and table.row_count == 1  # the unreachable one is not a service need
+    Console(file=out, width=300).print(table)
+    assert "See [/var/log/x] and [bold]" in out.getvalue()

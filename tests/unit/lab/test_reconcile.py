@@ -183,3 +183,16 @@ def test_unknown_profile_is_a_usage_error(client: FakeClient, tmp_path: Path) ->
     with pytest.raises(ConfigError, match="no such mock NVML profile"):
         containers.up(1, ["debian12"], profiles=["h900x9"], lab_dir=tmp_path, client=client)
     assert client.events == []
+
+
+def test_up_recreates_a_host_whose_restart_fails(client: FakeClient, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    client.add(1, "debian12", 22201)
+    client.dead_ports.add(22201)
+
+    def refuse(timeout: int = 10) -> None:
+        raise RuntimeError("port is already allocated")
+
+    monkeypatch.setattr(client.by_name["gpuprov-lab-1"], "restart", refuse)
+    containers.up(1, ["debian12"], lab_dir=tmp_path, client=client)
+    assert client.events[0] == "remove gpuprov-lab-1" and client.events[1].startswith("create gpuprov-lab-1 ")
