@@ -130,11 +130,12 @@ def _port_answers(port: int, tries: int = 3) -> bool:
     return False
 
 
-def diagnose(container: Any, host: LabHost, lab_dir: Path) -> str:
+def diagnose(container: Any, host: LabHost, lab_dir: Path, ssh_error: str | None = None) -> str:
     """Why ``host`` (its ``container``, or ``None`` when missing) does not answer SSH, with the repair; ``""``
     when it does. Checked in order: container missing or not running, SSH port not published or not
     listening (Docker's port forwarding gone, e.g. after dockerd lost its session), sshd not active in the
-    container, ssh itself refusing (key, host key)."""
+    container, ssh itself refusing (key, host key) - with ``ssh_error`` when the caller has just probed SSH and
+    it failed, so the host is not probed twice."""
     repair = "run `gpuprov lab up`"
     if container is None:
         return f"container {host.name} is missing: {repair}"
@@ -149,8 +150,11 @@ def diagnose(container: Any, host: LabHost, lab_dir: Path) -> str:
     code, active = _exec(container, "systemctl is-active ssh")
     if code != 0:
         return f"sshd is not running in {host.name} (systemctl is-active ssh: {active.strip() or code}): {repair}"
-    ok, error = ssh_probe(host, lab_dir)
-    return "" if ok else f"ssh to 127.0.0.1:{published} failed: {error}"
+    if ssh_error is None:  # not probed by the caller yet
+        ok, ssh_error = ssh_probe(host, lab_dir)
+        if ok:
+            return ""
+    return f"ssh to 127.0.0.1:{host.port} failed: {ssh_error}"
 
 
 def _lab_containers(client: Any) -> dict[str, Any]:
@@ -343,17 +347,20 @@ def status(*, lab_dir: Path | None = None, client: Any = None) -> list[HostStatu
     known = state.load_hosts(lab_dir)
     for host in known:
         container = existing.pop(host.name, None)
-        current = container.status if container is not None else "missing"
-        reachable = current == "running" and ssh_ok(host, lab_dir)
-        reason = "" if reachable else diagnose(container, host, lab_dir)
-        result.append(HostStatus(host.name, host.hostname, host.os, current, host.port, reachable, reason))
+        result.append(_host_status(container, host, lab_dir))
     for name, container in sorted(existing.items()):  # lab containers this state dir does not know
-        port = _port_of(container) or 0
-        host = LabHost(name, container.attrs["Config"]["Hostname"], container.labels.get(LABEL_HOST_OS, "?"), port)
-        reachable = container.status == "running" and ssh_ok(host, lab_dir)
-        reason = "" if reachable else diagnose(container, host, lab_dir)
-        result.append(HostStatus(name, host.hostname, host.os, container.status, port, reachable, reason))
+        host = LabHost(name, container.attrs["Config"]["Hostname"], container.labels.get(LABEL_HOST_OS, "?"),
+                       _port_of(container) or 0)
+        result.append(_host_status(container, host, lab_dir))
     return result
+
+
+def _host_status(container: Any, host: LabHost, lab_dir: Path) -> HostStatus:
+    """One host's :class:`HostStatus`: one SSH probe when its container runs, and the reason when it is not up."""
+    current = container.status if container is not None else "missing"
+    reachable, error = ssh_probe(host, lab_dir) if current == "running" else (False, "")
+    reason = "" if reachable else diagnose(container, host, lab_dir, error if current == "running" else None)
+    return HostStatus(host.name, host.hostname, host.os, current, host.port, reachable, reason)
 
 
 def down(*, purge: bool = False, lab_dir: Path | None = None, client: Any = None) -> list[str]:
