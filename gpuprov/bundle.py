@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,6 +40,7 @@ from typing import Any
 from debian.deb822 import Packages
 from debian.debian_support import Version, version_compare
 
+from gpuprov.aptsign import key_fingerprint, release_text, sign
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, GpuprovError
 from gpuprov.fleet import Fleet
 from gpuprov.fleet.problem import redact_credentials
@@ -439,10 +439,7 @@ def write_repositories(manifest: dict[str, Any], out_dir: Path, index_reader: An
     local) with the bundle key in ``out_dir/keys/gnupg`` (generated once, 0700); return its fingerprint.
 
     Raises EnvironmentMissing without gpg."""
-    from gpuprov.standin.repo import release_text, sign
-
     gnupg = out_dir / "keys" / "gnupg"
-    _ensure_key(gnupg)
     fingerprint = ""
     for os_name, entry in manifest["oses"].items():
         repo = out_dir / os_name
@@ -461,30 +458,11 @@ def write_repositories(manifest: dict[str, Any], out_dir: Path, index_reader: An
         (repo / "Packages.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
         (repo / "Release").write_text(release_text(repo, ["Packages", "Packages.gz"], origin="gpuprov-bundle"),
                                       encoding="utf-8")
-        key = sign(repo, gnupg)
-        fingerprint = _fingerprint(key)
+        key = sign(repo, gnupg, BUNDLE_UID, expiry="2y")
+        fingerprint = key_fingerprint(key)
         shutil.copyfile(key, repo / f"{fingerprint[-8:].lower()}.pub")
         shutil.copyfile(key, out_dir / "keys" / "bundle.pub")
     return fingerprint
-
-
-def _ensure_key(gnupg: Path) -> None:
-    gpg = shutil.which("gpg")
-    if gpg is None:
-        raise EnvironmentMissing("gpg not found: install gnupg to sign the bundle")
-    gnupg.mkdir(mode=0o700, parents=True, exist_ok=True)
-    base = [gpg, "--batch", "--quiet", "--homedir", str(gnupg), "--pinentry-mode", "loopback", "--passphrase", ""]
-    have = subprocess.run([*base, "--list-secret-keys", "--with-colons"], capture_output=True, text=True,
-                          check=False).stdout
-    if "\nsec:" not in "\n" + have:
-        subprocess.run([*base, "--quick-gen-key", BUNDLE_UID, "rsa3072", "sign", "2y"], capture_output=True,
-                       check=True)
-
-
-def _fingerprint(key: Path) -> str:
-    from gpuprov.standin.repo import key_fingerprint
-
-    return str(key_fingerprint(key))
 
 
 def snippet(fingerprint: str, base_url: str, os_name: str) -> str:

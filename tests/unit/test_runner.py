@@ -138,7 +138,8 @@ def test_extravars_keep_values_verbatim() -> None:
 
 def _process_tree(root: int) -> dict[int, str]:
     """``{pid: command line}`` of every live descendant of ``root``, read with ``ps`` (not gpuprov's code)."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
+    argv = ["ps", "-ww", "-e", "-o", "pid=,ppid=,args="]  # -ww: whole command lines, whatever $COLUMNS says
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     children: dict[int, list[tuple[int, str]]] = {}
     for line in out.splitlines():
         pid, ppid, args = [*line.split(None, 2), ""][:3]

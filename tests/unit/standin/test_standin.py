@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprov.aptsign import release_text
 from gpuprov.exceptions import ConfigError
 from gpuprov.standin import FileSpec, PackageSpec, build_deb, build_repository
 from gpuprov.standin.catalogue import (
@@ -22,7 +23,6 @@ from gpuprov.standin.catalogue import (
     ubuntu_kernel,
 )
 from gpuprov.standin.deb import stage
-from gpuprov.standin.repo import release_text
 
 needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb not installed")
 needs_repo_tools = pytest.mark.skipif(
@@ -96,7 +96,7 @@ def test_ubuntu_kernel_metas_follow_ubuntu_names() -> None:
 
 def test_release_lists_hashes(tmp_path: Path) -> None:
     (tmp_path / "Packages").write_text("Package: x\n")
-    text = release_text(tmp_path, ["Packages"])
+    text = release_text(tmp_path, ["Packages"], origin="gpuprov-standin")
     assert "SHA256:\n" in text
     assert " 11 Packages" in text
 
