@@ -214,6 +214,12 @@ FABRICMANAGER = """\
 #!/bin/sh
 # gpuprov stand-in for nv-fabricmanager {version}. Like NVIDIA's, it refuses to run against a driver of
 # another version (the real one compares with the loaded module; the stand-in with the installed userland).
+if [ "$1" = "--standin-daemon" ]; then
+    # the daemon: this script again, so the process is named nv-fabricmanager as NVIDIA's is (verify and
+    # doctor look for it by name)
+    trap 'kill $! 2>/dev/null; exit 0' TERM INT
+    while :; do sleep 3600 & wait $!; done
+fi
 FM_VERSION={version}
 if [ ! -r {driver_file} ]; then
     echo "fabric manager: NVIDIA GPU driver is not installed" >&2
@@ -227,10 +233,13 @@ if [ "$DRIVER" != "$FM_VERSION" ]; then
 fi
 echo "Successfully configured all the available NVSwitches to route GPU NVLink traffic (gpuprov stand-in $FM_VERSION)"
 # forks like NVIDIA's (Type=forking): systemctl start returns only after the version check passed
-mkdir -p /var/run/nvidia-fabricmanager
-sleep infinity >/dev/null 2>&1 </dev/null &
-echo $! > /var/run/nvidia-fabricmanager/nv-fabricmanager.pid
+mkdir -p {run_dir}
+"$0" --standin-daemon >/dev/null 2>&1 </dev/null &
+echo $! > {run_dir}/nv-fabricmanager.pid
 """
+
+#: Where the stand-in Fabric Manager writes its pid file (NVIDIA's unit names the same PIDFile).
+FABRICMANAGER_RUN_DIR = "/var/run/nvidia-fabricmanager"
 
 FABRICMANAGER_UNIT = """\
 [Unit]
@@ -322,7 +331,8 @@ def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
         conflicts=("nvidia-fabricmanager",), replaces=("nvidia-fabricmanager",),
         description=f"gpuprov stand-in Fabric Manager for NVSwitch based systems ({branch})",
         files={"/usr/bin/nv-fabricmanager": FileSpec(
-                   FABRICMANAGER.format(version=version, driver_file=STANDIN_DRIVER_VERSION_FILE), 0o755),
+                   FABRICMANAGER.format(version=version, driver_file=STANDIN_DRIVER_VERSION_FILE,
+                                        run_dir=FABRICMANAGER_RUN_DIR), 0o755),
                "/lib/systemd/system/nvidia-fabricmanager.service": FileSpec(FABRICMANAGER_UNIT),
                "/usr/share/nvidia/nvswitch/fabricmanager.cfg": FileSpec(FABRICMANAGER_CFG)},
         scripts=_service("nvidia-fabricmanager.service"),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -174,10 +176,29 @@ def test_lab_repository_keeps_the_lab_nvidia_smi_and_mock_nvml() -> None:
 def test_fabric_manager_refuses_another_driver_version(tmp_path: Path) -> None:
     script = tmp_path / "nv-fabricmanager"
     driver = tmp_path / "driver-version"
-    script.write_text(FABRICMANAGER.format(version="535.183.01", driver_file=driver))
+    script.write_text(FABRICMANAGER.format(version="535.183.01", driver_file=driver, run_dir=tmp_path / "run"))
+    script.chmod(0o755)
     missing = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=False)
     assert missing.returncode == 1 and "driver is not installed" in missing.stderr
     driver.write_text("535.261.03\n")
     other = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=False)
     assert other.returncode == 1
     assert "version 535.183.01 don't match with driver version 535.261.03" in other.stderr
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+def test_fabric_manager_daemon_is_named_like_nvidias(tmp_path: Path) -> None:
+    """At the driver's version it forks a daemon whose process name (``/proc/PID/comm``, 15 characters) is
+    NVIDIA's, which verify's fabric_manager step and doctor look for, and writes its pid file."""
+    script = tmp_path / "nv-fabricmanager"
+    driver = tmp_path / "driver-version"
+    driver.write_text("535.183.01\n")
+    script.write_text(FABRICMANAGER.format(version="535.183.01", driver_file=driver, run_dir=tmp_path / "run"))
+    script.chmod(0o755)
+    started = subprocess.run([str(script)], capture_output=True, text=True, check=False, timeout=30)
+    assert started.returncode == 0, started.stderr
+    pid = int((tmp_path / "run" / "nv-fabricmanager.pid").read_text())
+    try:
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "nv-fabricmanager"[:15]
+    finally:
+        os.kill(pid, signal.SIGTERM)
