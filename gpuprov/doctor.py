@@ -35,7 +35,9 @@ PCI_MODULES = ["nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm", "nvid
 
 @cache
 def rules() -> ModuleType:
-    """The doctor rules module (``gpuprov_doctor.py``)."""
+    """The doctor rules module (``gpuprov_doctor.py``, after the shared rules it imports)."""
+    module_utils("gpuprov_findings")
+    module_utils("gpuprov_health")
     return module_utils("gpuprov_doctor")
 
 
@@ -46,7 +48,7 @@ def findings() -> ModuleType:
 
 
 def _library(name: str) -> ModuleType:
-    return library(name, needs=("gpuprov_kernels", "gpuprov_findings"))
+    return library(name, needs=("gpuprov_kernels", "gpuprov_findings", "gpuprov_health"))
 
 
 def diagnose(facts: dict[str, Any]) -> list[dict[str, Any]]:
@@ -185,6 +187,7 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
     facts["kernel"] = kernel_facts(running_kernel)
     facts["module_log"] = module_log(kernel_log_path)
     facts["holders"] = device_holders(proc_root)
+    facts["daemons"] = facts["platform"].get("daemons")
     if pynvml is None:
         return facts
     facts["nvml"] = collect_with(pynvml)
@@ -220,6 +223,12 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
         "roles": [{"role": "gpuprov_common"}],
         "tasks": [
             {"name": "Read NVML facts", "nvml_facts": {}, "register": "__doctor_nvml", **ro},
+            # the fleet file's expectations, as the verify role reads them (roles/verify/defaults/main.yml)
+            {"name": "Read what the fleet file expects", "ansible.builtin.set_fact": {"__doctor_expected": {
+                "model": "{{ gpuprov_gpus_model | default(none) }}",
+                "count": "{{ gpuprov_gpus_count | default(none) }}",
+                "nvswitch": "{{ gpuprov_gpus_nvswitch | default(false) | bool }}",
+                "driver_version": "{{ gpuprov_driver_version | default(none) }}"}}},
             {"name": "Read the platform", "platform_info": {
                 **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}",
                 "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
@@ -280,8 +289,11 @@ def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for task, res in tasks.items():
         if task == "Read NVML facts":
             facts["nvml"] = (res.get("ansible_facts") or {}).get("gpuprov_gpus")
+        elif task == "Read what the fleet file expects":
+            facts["expected"] = (res.get("ansible_facts") or {}).get("__doctor_expected")
         elif task == "Read the platform":
             facts["platform"] = res.get("platform")
+            facts["daemons"] = (res.get("platform") or {}).get("daemons")
         elif task == "Read GPU PCI bindings":
             facts["pci"] = {k: res.get(k) for k in ("devices", "modules", "loaded_modules", "bindings", "pci_readable")}
         elif task == "Read kernels and DKMS":

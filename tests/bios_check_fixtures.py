@@ -74,6 +74,10 @@ class Tree:
     disks: dict[str, bool] = field(default_factory=lambda: {"nvme0n1": False})
     kernel_log: list[str] = field(default_factory=list)
     proc_gpus: list[str] = field(default_factory=list)
+    #: /sys/module/nvidia/version when the driver is loaded: the mock profile's driver version on a sound host
+    module_version: str = "580.159.04"
+    #: process names under /proc/<pid>/comm (pids from 1000): the NVIDIA daemons running
+    daemons: list[str] = field(default_factory=list)
 
 
 def _write(path: Path, text: str | bytes) -> None:
@@ -126,7 +130,9 @@ def build_tree(root: Path, tree: Tree) -> Path:
         link.symlink_to(Path("../../..") / dev.relative_to(sys_root))
     (sys_root / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
     if tree.driver_loaded:
-        _write(sys_root / "module" / "nvidia" / "version", "580.159.04\n")
+        _write(sys_root / "module" / "nvidia" / "version", tree.module_version + "\n")
+    for pid, name in enumerate(tree.daemons, start=1000):
+        _write(proc / str(pid) / "comm", name[:15] + "\n")
     if tree.efi:
         (sys_root / "firmware" / "efi" / "efivars").mkdir(parents=True, exist_ok=True)
         if tree.secure_boot is not None:

@@ -2,8 +2,8 @@
 
 :class:`FakeNvml` has the pynvml functions the collector calls. Values come from
 ``shared/fixtures/nvml/h200x2/nvml.json`` (readings through pynvml on a real 2x H200 host); an ``{"error": ...}``
-entry there raises that pynvml error class. A few values the JSON does not hold come from the same capture's
-other files, each named where it is used; calls the capture did not record at all raise
+entry there raises that pynvml error class. A few values the JSON does not hold (the fabric state) come from the
+same capture's other files, each named where it is used; calls the capture did not record at all raise
 ``NVMLError_NotSupported`` (see :data:`NOT_RECORDED`). Errors are pynvml's own classes, so the collector sees
 exactly what the real library raises.
 """
@@ -44,6 +44,15 @@ NOT_RECORDED = (
 )
 
 
+def _smi_fabric() -> list[dict[str, str]]:
+    """``[{state, status}]`` per GPU from the fabric sections of the capture's ``nvidia-smi-q.xml``."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(fixture_dir() / "nvidia-smi-q.xml").getroot()
+    return [{"state": gpu.findtext("fabric/state") or "", "status": gpu.findtext("fabric/status") or ""}
+            for gpu in root.findall("gpu")]
+
+
 def _raise(name: str) -> None:
     raise getattr(pynvml, name)()
 
@@ -69,7 +78,7 @@ class FakeNvml:
         return sorted(set(super().__dir__()) | {name for name in dir(pynvml) if name.startswith("NVML_")})
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("NVML_"):
+        if name.startswith(("NVML_", "c_nvml")):  # pynvml's constants and ctypes structures
             return getattr(pynvml, name)
         raise AttributeError(name)
 
@@ -218,6 +227,19 @@ class FakeNvml:
         if link >= len(states):
             raise pynvml.NVMLError_InvalidArgument()
         return int(states[link])
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: int, info: Any) -> int:
+        """The fabric section of the capture's ``nvidia-smi -q -x`` (the JSON has none): each GPU's state and
+        status there, written into the ``c_nvmlGpuFabricInfo_t`` that ``info`` (``ctypes.byref``) points at."""
+        self.calls.append("GpuFabricInfo")
+        if self.lost.get(h) == "query":
+            raise pynvml.NVMLError_GpuIsLost()
+        fabric = _smi_fabric()[h]
+        states = {"not supported": 0, "not started": 1, "in progress": 2, "completed": 3}
+        target = info._obj
+        target.state = states[fabric["state"].lower()]
+        target.status = 0 if fabric["status"].lower() == "success" else pynvml.NVML_ERROR_UNKNOWN
+        return 0
 
     def nvmlDeviceGetNvLinkVersion(self, h: int, link: int) -> int:
         return int(self._get(h, "NvLinkVersion"))  # not recorded: NOT_SUPPORTED

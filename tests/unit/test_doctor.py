@@ -84,7 +84,9 @@ def only(diagnoses: list[dict[str, Any]], did: str) -> dict[str, Any]:
 
 
 def a100_tree(**overrides: Any) -> Tree:
-    tree = Tree(gpus=[Gpu(b, bar1_size=128 * GIB) for b in A100X8_BUS])
+    """The a100x8-nvswitch profile's host: driver 535.183.01 loaded, Fabric Manager running."""
+    tree = Tree(gpus=[Gpu(b, bar1_size=128 * GIB) for b in A100X8_BUS], module_version="535.183.01",
+                daemons=["nvidia-persistenced", "nv-fabricmanager"])
     for key, value in overrides.items():
         setattr(tree, key, value)
     return tree
@@ -101,7 +103,8 @@ def test_healthy_profiles_have_no_diagnosis(profile: str, mock_lib_dir: Path, tm
 
 
 def test_heterogeneous_b24_has_no_diagnosis(mock_lib_dir: Path, tmp_path: Path) -> None:
-    tree = Tree(gpus=[Gpu(b, bar1_size=(256 if i == 0 else 128 * 1024) * 1024**2) for i, b in enumerate(B24_BUS)])
+    tree = Tree(gpus=[Gpu(b, bar1_size=(256 if i == 0 else 128 * 1024) * 1024**2) for i, b in enumerate(B24_BUS)],
+                module_version="535.183.01", daemons=["nv-fabricmanager"])
     facts = collect(mock_lib_dir, tmp_path, "heterogeneous-b24", tree)
     assert facts["nvml"]["count"] == 5
     assert doctor.diagnose(facts) == []

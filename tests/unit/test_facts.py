@@ -239,8 +239,11 @@ def _gpus(f: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 MOCK_EXPECTATIONS: dict[str, Any] = {
-    "h200x2": lambda f: f["count"] == 2 and f["cuda_arch_bin"] == "9.0" and not f["lost_gpus"],
-    "a100x8-nvswitch": lambda f: f["count"] == 8 and f["cuda_arch_bin"] == "8.0" and f["nvswitch_present"] is True,
+    "h200x2": lambda f: f["count"] == 2 and f["cuda_arch_bin"] == "9.0" and not f["lost_gpus"]
+    and all(g["fabric"] == {"state": "completed", "status": "NVML_SUCCESS"} for g in _gpus(f)),
+    # A100 NVSwitch systems do not report a fabric state (Hopper on): Fabric Manager's process is the evidence
+    "a100x8-nvswitch": lambda f: f["count"] == 8 and f["cuda_arch_bin"] == "8.0" and f["nvswitch_present"] is True
+    and all(g["fabric"] is None for g in _gpus(f)),
     "rtx3090x4": lambda f: f["count"] == 4 and f["cuda_arch_bin"] == "8.6",
     "v100x4": lambda f: f["count"] == 4 and f["cuda_arch_bin"] == "7.0",
     "pcie-downtrained": lambda f: (_gpus(f)[2]["pcie"]["gen_current"], _gpus(f)[2]["pcie"]["width_current"],

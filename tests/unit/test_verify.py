@@ -25,6 +25,7 @@ from gpuprov import verify
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK
 from gpuprov.facts import collect_with
 from gpuprov.hostplay import LOCAL_HOST, TaskResults, local_extravars, local_inventory, write_play
+from gpuprov.role_code import module_utils
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "verify"
 
@@ -32,11 +33,11 @@ ROLE = Path(__file__).resolve().parents[2] / "roles" / "verify"
 P2P_OK = (" \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n\nLegend:\n\n  X    = Self\n"
           "  OK   = Status Ok\n  CNS  = Chipset not supported\n  NS   = Not supported\n")
 P2P_NS = P2P_OK.replace("GPU0\tX\tOK", "GPU0\tX\tNS").replace("GPU1\tOK\tX", "GPU1\tNS\tX")
-FABRIC_XML = ("<nvidia_smi_log><gpu id='0'><fabric><state>{s}</state><status>Success</status></fabric></gpu>"
-              "<gpu id='1'><fabric><state>Completed</state><status>Success</status></fabric></gpu></nvidia_smi_log>")
 
 
 def _load() -> ModuleType:
+    module_utils("gpuprov_findings")
+    module_utils("gpuprov_health")  # registered as ansible.module_utils.gpuprov_health, as on a host
     spec = importlib.util.spec_from_file_location("gpuprov_verify_ladder", ROLE / "library" / "verify_ladder.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -105,7 +106,6 @@ def _nccl(busbw: float, correct: bool = True, available: bool = True) -> tuple[i
 def _healthy_run(busbw: float = 326.5) -> FakeRun:
     return FakeRun({
         "nvidia-smi -L": (0, SMI_L, ""),
-        "nvidia-smi -q -x": (0, FABRIC_XML.format(s="Completed"), ""),
         "nvidia-smi topo -p2p": (0, P2P_OK, ""),
         "nvcc": (0, "", ""),
         "gpuprov_cuda_sample": (0, "device 0 NVIDIA H200 sm_90: ok\nRESULT PASS 2 GPU(s)\n", ""),
@@ -170,18 +170,28 @@ def test_persistence_off_fails_naming_the_gpu(h200x2: dict[str, Any], tmp_path: 
 
 
 def test_fabric_manager_rung(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    """Off NVSwitch systems: skip. On them, the GPUs' fabric registration as NVML reports it (the capture's
+    H200 pair: completed), else - no fabric state, as on A100 systems - the nv-fabricmanager process."""
     assert _ladder(h200x2, tmp_path, FakeRun({})).fabric_manager_step()["status"] == "skip"
-    run = FakeRun({"nvidia-smi -q -x": (0, FABRIC_XML.format(s="In Progress"), "")})
-    step = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi",), expected={"nvswitch": True}).fabric_manager_step()
-    assert step["status"] == "fail" and "GPU(s) 0" in step["reason"]
-    # no fabric state from nvidia-smi: the process decides (case B11 when it is missing)
-    run = FakeRun({"nvidia-smi -q -x": (0, "<nvidia_smi_log><gpu id='0'/></nvidia_smi_log>", "")})
-    lab = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi",), expected={"nvswitch": True})
-    assert "B11" in lab.fabric_manager_step()["reason"]
+    assert _ladder(h200x2, tmp_path, FakeRun({}), expected={"nvswitch": True}).fabric_manager_step()["status"] == \
+        "pass"
+    training = copy.deepcopy(h200x2)
+    training["gpus"][0]["fabric"] = {"state": "in_progress", "status": "NVML_SUCCESS"}
+    step = _ladder(training, tmp_path, FakeRun({}), expected={"nvswitch": True}).fabric_manager_step()
+    assert step["status"] == "fail" and "GPU(s) 0 (state in_progress" in step["reason"]
+    assert step["evidence"]["fabric"]["0"] == {"state": "in_progress", "status": "NVML_SUCCESS"}
+    unreported = copy.deepcopy(h200x2)
+    for gpu in unreported["gpus"]:
+        gpu["fabric"] = None
+    lab = _ladder(unreported, tmp_path, FakeRun({}), expected={"nvswitch": True})
+    step = lab.fabric_manager_step()
+    assert step["status"] == "fail" and "without a running nv-fabricmanager" in step["reason"]
+    assert step["evidence"]["daemons"] == []
     proc = tmp_path / "proc" / "4242"
     proc.mkdir(parents=True)
     (proc / "comm").write_text("nv-fabricmanage\n")  # comm holds 15 characters
-    assert lab.fabric_manager_step()["status"] == "pass"
+    step = lab.fabric_manager_step()
+    assert step["status"] == "pass" and step["evidence"]["daemons"] == ["nv-fabricmanager"]
 
 
 def test_cuda_sample_rung(h200x2: dict[str, Any], tmp_path: Path) -> None:

@@ -60,7 +60,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 platform:
-  description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log.
+  description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log, daemons (the
+    NVIDIA daemons running, by process name).
   returned: always
   type: dict
 """
@@ -72,6 +73,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpuprov_findings import norm_bus
+from ansible.module_utils.gpuprov_health import running_daemons
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA = "0x10de"
@@ -400,6 +402,7 @@ def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_pa
         "ram": ram(proc_root),
         "disks": disks(sysfs_root),
         "kernel_log": kernel_log(kernel_log_path, commands),
+        "daemons": running_daemons(proc_root),
     }
 
 

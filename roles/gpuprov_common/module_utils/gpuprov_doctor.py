@@ -13,16 +13,28 @@ Input: one host's ``facts`` dict (every key optional; a missing key means "not c
     throttle: {"<index>": NVML clocks event (throttle) reasons bitmask}
     holders:  [{pid, command, devices}] processes holding /dev/nvidia* (fuser -v or a /proc/*/fd scan)
     nvml_pids: pids NVML lists as running on any GPU, or None when unknown
+    daemons:  NVIDIA daemons running (gpuprov_health.running_daemons), or None when unknown
+    expected: what the fleet file expects of the host {model, count, nvswitch, driver_version}, or None locally
 
 Output: diagnoses ``{id, severity (fail|warn|info), subject, evidence, fix, fixable, action}``; ``action`` is
 the argv of the safe repair when ``fixable`` (see docs/doctor.md). bios_check's PCIe, BAR and lost-GPU rules
-come from gpuprov_findings.evaluate, which the caller passes in as ``findings_evaluate``.
+come from gpuprov_findings.evaluate, which the caller passes in as ``findings_evaluate``. The rules the
+verify ladder applies too (GPU count and model, driver versions, persistence, Fabric Manager) are
+gpuprov_health's, so doctor and verify say the same of a host.
 """
 
 # ruff: noqa: UP031 - %-formatting as in the other module_utils.
 from __future__ import annotations
 
 import re
+
+from ansible.module_utils.gpuprov_health import (
+    FIX_FABRIC_MANAGER,
+    driver_problems,
+    expectation_problems,
+    fabric_manager,
+    persistence_off,
+)
 
 SEVERITIES = ("fail", "warn", "info")
 
@@ -277,7 +289,8 @@ def _gpu_state(facts, out):
     """ECC, persistence, MIG pending, temperature and throttle reasons, per GPU."""
     nvml = facts.get("nvml") or {}
     gpus = _gpus(nvml)
-    off = [g for g in gpus if g.get("persistence_mode") is False]
+    off_indices = persistence_off(nvml)
+    off = [g for g in gpus if str(g.get("index")) in off_indices]
     if off:
         out.add(
             "persistence_off",
@@ -347,6 +360,30 @@ def _gpu_state(facts, out):
             "thermal: check airflow and fans; HW slowdown / power brake: check the PSU and power cables "
             "(an external power brake signal); nvidia-smi -q -d PERFORMANCE shows the live reasons",
         )
+
+
+def _fleet_rules(facts, out):
+    """The rules verify applies too (gpuprov_health): GPU count and model, driver versions, Fabric Manager."""
+    nvml = facts.get("nvml") or {}
+    if not nvml.get("available"):
+        return
+    expected = facts.get("expected") or {}
+    unexpected = expectation_problems(nvml, expected)
+    if unexpected:
+        out.add("gpus_unexpected", "fail", "gpus", "; ".join(unexpected),
+                "check the fleet file's gpus.model and gpus.count against nvidia-smi -L; a GPU missing from the "
+                "list is lost (see gpu_lost) or not seated")
+    mismatch = driver_problems(nvml, expected)
+    if mismatch:
+        out.add("driver_version_mismatch", "fail", "driver", "; ".join(mismatch),
+                "reboot (or unload and reload the nvidia modules) after a driver change so the kernel module and "
+                "the libraries are one version; a pinned version other than the installed one: gpuprov apply "
+                "FLEET --role nvidia_driver")
+    if facts.get("daemons") is None and not any((g.get("fabric") or {}).get("state") for g in _gpus(nvml)):
+        return  # nothing to judge Fabric Manager by
+    status, reason = fabric_manager(nvml, expected, facts.get("daemons"))
+    if status == "fail":
+        out.add("fabric_manager", "fail", "fabric", reason, FIX_FABRIC_MANAGER)
 
 
 def _stdev(values):
@@ -419,6 +456,7 @@ def diagnose(facts, findings_evaluate=None):
             if finding["id"] in FINDINGS_KEPT:
                 out.add(finding["id"], finding["severity"], finding["subject"], finding["evidence"], finding["fix"])
     _gpu_state(facts, out)
+    _fleet_rules(facts, out)
     _utilisation(facts, out)
     _holders(facts, out)
     rank = {name: i for i, name in enumerate(SEVERITIES)}

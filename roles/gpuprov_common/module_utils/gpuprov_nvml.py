@@ -26,6 +26,7 @@ Must stay importable on Python 3.8 (Ubuntu 20.04 targets): no ``match``, no runt
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import sys
 from pathlib import Path
@@ -42,6 +43,10 @@ LOST_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")
 
 #: ``nvmlDeviceGetNvLinkRemoteDeviceType`` values (``NVML_NVLINK_DEVICE_TYPE_*``).
 NVLINK_DEVICE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch", 255: "unknown"}
+
+#: ``nvmlGpuFabricState_t`` values (``NVML_GPU_FABRIC_STATE_*``): a GPU's registration with the NVSwitch fabric
+#: that Fabric Manager (or the NVLink switch system's NVSwitch firmware) performs; Hopper and later report it.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 #: Fields of a GPU entry that change while it runs; parity comparisons ignore the whole ``live`` key.
 LIVE_KEY = "live"
@@ -310,6 +315,24 @@ def _topology(gpu: _Gpu, cpu_words: int) -> None:
     }
 
 
+def _fabric(gpu: _Gpu) -> None:
+    """``fabric {state, status}``: ``state`` from :data:`FABRIC_STATES`, ``status`` the NVML result of the
+    registration (``NVML_SUCCESS`` or an ``NVML_ERROR_*`` name); None when the GPU or driver does not report it."""
+    nv = gpu.nv
+    struct = getattr(nv, "c_nvmlGpuFabricInfo_t", None)
+    info = struct() if struct is not None else None
+    done = gpu.call("fabric", "nvmlDeviceGetGpuFabricInfo", ctypes.byref(info)) if info is not None else None
+    state = None if done is None else FABRIC_STATES.get(int(info.state), str(info.state))
+    if state in (None, "not_supported"):
+        gpu.entry["fabric"] = None
+        return
+    status = int(info.status)
+    name = "NVML_SUCCESS" if status == 0 else next(
+        (attr for attr in dir(nv) if attr.startswith("NVML_ERROR_") and getattr(nv, attr) == status),
+        f"NVML_ERROR_CODE_{status}")
+    gpu.entry["fabric"] = {"state": state, "status": name}
+
+
 def _live(gpu: _Gpu, memory: dict[str, Any]) -> None:
     nv = gpu.nv
     utilization = gpu.call("live.utilization", "nvmlDeviceGetUtilizationRates")
@@ -355,6 +378,7 @@ def collect_gpu(nv: Any, index: int, cpu_words: int = 1, proc_root: str = "/proc
     _modes(gpu)
     _pcie_and_power(gpu)
     _topology(gpu, cpu_words)
+    _fabric(gpu)
     _live(gpu, memory)
     gpu.entry["errors"] = gpu.errors
     return gpu.entry
@@ -425,6 +449,7 @@ def collect(nv: Any, sysfs_root: str = "/sys", proc_root: str = "/proc") -> dict
             gen_gpu_max (the GPU's own maximum), width_current, width_max},
             power_limit_w, power_default_limit_w, enforced_power_limit_w, numa_node, cpu_affinity,
             nvlink {links [{link, active, version ("4.0"), remote_device_type}], active_links, nvswitch_present},
+            fabric {state (not_started|in_progress|completed), status (NVML_SUCCESS or NVML_ERROR_*)} or None,
             errors {field: NVML_ERROR_*}, live {temperature_c, power_draw_w, utilization_gpu_pct,
             utilization_memory_pct, performance_state, memory_used_bytes, bar1_used_bytes}
 

@@ -84,9 +84,16 @@ import re
 import shutil
 import subprocess
 import time
-import xml.etree.ElementTree as ET
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuprov_findings import norm_model
+from ansible.module_utils.gpuprov_health import (
+    driver_problems,
+    fabric_manager,
+    gpu_problems,
+    nvswitch_system,
+    persistence_off,
+    running_daemons,
+)
 
 STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "cuda_sample", "p2p",
          "nccl_allreduce", "container", "dcgm_diag")
@@ -94,14 +101,6 @@ STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager"
 #: ``nvidia-smi topo -p2p`` cell values (nvmlDeviceGetP2PStatus' NVML_P2P_STATUS_* under the CLI).
 P2P_STATUS = {"OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
               "TNS": "topology not supported", "NS": "not supported", "U": "unknown", "DR": "disabled by regkey"}
-
-
-def norm_model(name):
-    """'NVIDIA H200' / 'H200' -> 'h200' (the same normalisation as gpuprov_findings.norm_model)."""
-    text = str(name or "").lower()
-    for word in ("nvidia", "geforce", "tesla", "quadro"):
-        text = text.replace(word, "")
-    return re.sub(r"[^a-z0-9]", "", text)
 
 
 def step(name, status, evidence=None, reason=None, duration_s=None):
@@ -158,27 +157,6 @@ def python_candidates(tool_dirs, path=None):
     return out
 
 
-def running_processes(names, proc_root="/proc"):
-    """Names from ``names`` that some process runs, from ``<proc_root>/*/comm`` (no systemd, no psutil)."""
-    found = set()
-    try:
-        entries = os.listdir(proc_root)
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc_root, entry, "comm")) as handle:
-                comm = handle.read().strip()
-        except OSError:
-            continue
-        for name in names:
-            if comm == name[:15]:  # comm is truncated to 15 characters
-                found.add(name)
-    return sorted(found)
-
-
 def parse_p2p_matrix(text):
     """``nvidia-smi topo -p2p r`` -> {"0-1": "OK", ...} for every ordered GPU pair (the legend is ignored)."""
     rows = {}
@@ -197,22 +175,6 @@ def parse_p2p_matrix(text):
                 if dst != src:
                     rows["%d-%d" % (src, dst)] = value
     return rows
-
-
-def parse_fabric(xml_text):
-    """``nvidia-smi -q -x`` -> [{index, state, status}] of each GPU's fabric section (empty when absent)."""
-    out = []
-    try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError:
-        return out
-    for index, gpu in enumerate(root.findall("gpu")):
-        fabric = gpu.find("fabric")
-        if fabric is None:
-            continue
-        out.append({"index": index, "state": (fabric.findtext("state") or "").strip(),
-                    "status": (fabric.findtext("status") or "").strip()})
-    return out
 
 
 def dcgm_statuses(data):
@@ -286,19 +248,7 @@ class Ladder:
         names = [g.get("name") for g in self.nvml.get("gpus") or []]
         evidence = {"count": self.nvml.get("count"), "names": names, "lost_gpus": self.nvml.get("lost_gpus") or [],
                     "expected_model": self.expected.get("model"), "expected_count": self.expected.get("count")}
-        problems = []
-        if evidence["lost_gpus"]:
-            problems.append("GPU(s) %s lost (Xid 79?)" % evidence["lost_gpus"])
-        want_count = self.expected.get("count")
-        if want_count not in (None, "") and int(want_count) != int(self.nvml.get("count") or 0):
-            problems.append("%s GPU(s) found, the fleet file expects %s" % (self.nvml.get("count"), want_count))
-        want_model = self.expected.get("model")
-        if want_model:
-            wrong = [n for n in names if n and not norm_model(n).startswith(norm_model(want_model))]
-            if wrong:
-                problems.append("GPU model %s, the fleet file expects %s" % (", ".join(sorted(set(wrong))), want_model))
-        if not names:
-            problems.append("NVML enumerates no GPU")
+        problems = gpu_problems(self.nvml, self.expected)
         return step("gpus", "fail" if problems else "pass", evidence, "; ".join(problems) or None)
 
     def nvidia_smi_step(self):
@@ -318,56 +268,31 @@ class Ladder:
     def driver_version_step(self):
         if not self.available():
             return step("driver_version", "skip", {}, "NVML is unavailable")
-        driver, nvml = self.nvml.get("driver_version"), self.nvml.get("nvml_version")
-        module = self.nvml.get("kernel_module_version")
-        library = str(nvml or "").split(".", 1)[1] if "." in str(nvml or "") else nvml
-        want = self.expected.get("driver_version")
-        evidence = {"driver_version": driver, "nvml_version": nvml, "nvml_library_driver": library,
-                    "kernel_module_version": module, "expected": want}
-        problems = []
-        if library != driver:
-            problems.append("NVML library %s does not match driver %s (userland/kernel mismatch)" % (nvml, driver))
-        if module and module != driver:
-            problems.append("loaded kernel module %s differs from the userland driver %s: reboot or reload" %
-                            (module, driver))
-        if want and str(want) != str(driver):
-            problems.append("driver %s, the fleet file pins %s" % (driver, want))
+        nvml = str(self.nvml.get("nvml_version") or "")
+        evidence = {"driver_version": self.nvml.get("driver_version"), "nvml_version": nvml or None,
+                    "nvml_library_driver": nvml.split(".", 1)[1] if "." in nvml else (nvml or None),
+                    "kernel_module_version": self.nvml.get("kernel_module_version"),
+                    "expected": self.expected.get("driver_version")}
+        problems = driver_problems(self.nvml, self.expected)
         return step("driver_version", "fail" if problems else "pass", evidence, "; ".join(problems) or None)
 
     def persistence_step(self):
         if not self.available() or not self.gpus:
             return step("persistence", "skip", {}, "NVML is unavailable or lists no GPU")
         modes = {str(g.get("index")): g.get("persistence_mode") for g in self.gpus}
-        off = sorted(i for i, m in modes.items() if not m)
+        off = persistence_off(self.nvml)
         reason = ("persistence mode is off on GPU(s) %s - enable nvidia-persistenced (or nvidia-smi -pm 1)" %
                   ", ".join(off)) if off else None
         return step("persistence", "fail" if off else "pass", {"persistence_mode": modes}, reason)
 
     def fabric_manager_step(self):
         evidence = {"nvswitch_expected": bool(self.expected.get("nvswitch")),
-                    "nvswitch_present": self.nvml.get("nvswitch_present")}
-        if not self.nvswitch():
-            return step("fabric_manager", "skip", evidence, "not an NVSwitch system (NVML sees no NVSwitch link and "
-                        "the fleet file sets gpus.nvswitch false)")
-        evidence["process"] = running_processes(["nv-fabricmanager"], self.proc_root)
-        fabric = []
-        if self.smi:
-            rc, out, _err = self.run([self.smi, "-q", "-x"], 120)
-            fabric = parse_fabric(out) if rc == 0 else []
-        evidence["fabric"] = fabric
-        known = [f for f in fabric if f["state"] and f["state"].upper() not in ("N/A", "NOT SUPPORTED")]
-        if known:
-            bad = [f for f in known if f["state"].lower() != "completed" or f["status"].lower() != "success"]
-            if bad:
-                return step("fabric_manager", "fail", evidence,
-                            "GPU fabric registration incomplete on GPU(s) %s (state %s): start nv-fabricmanager "
-                            "(package nvidia-fabricmanager-<branch>, same version as the driver)" %
-                            (", ".join(str(f["index"]) for f in bad), bad[0]["state"]))
-            return step("fabric_manager", "pass", evidence)
-        if evidence["process"]:
-            return step("fabric_manager", "pass", evidence)
-        return step("fabric_manager", "fail", evidence, "NVSwitch system without a running nv-fabricmanager "
-                    "and no fabric state from nvidia-smi: CUDA init will fail (case B11)")
+                    "nvswitch_present": self.nvml.get("nvswitch_present"),
+                    "fabric": {str(g.get("index")): g.get("fabric") for g in self.gpus}}
+        if nvswitch_system(self.nvml, self.expected):
+            evidence["daemons"] = running_daemons(self.proc_root)
+        status, reason = fabric_manager(self.nvml, self.expected, evidence.get("daemons"))
+        return step("fabric_manager", status, evidence, reason)
 
     def cuda_sample_step(self):
         nvcc = self.tool("nvcc")

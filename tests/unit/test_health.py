@@ -1,0 +1,66 @@
+"""Verify and doctor tell the same truth about a host: for each rule they share (gpuprov_health), a host the
+verify ladder fails has the matching doctor diagnosis, and a host it passes has none of them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nvml_fake import FakeNvml
+from test_verify import FakeRun, _ladder
+
+from gpuprov import doctor
+from gpuprov.facts import collect_with
+
+#: verify step -> the doctor diagnosis id of the same rule
+SHARED = {"gpus": "gpus_unexpected", "driver_version": "driver_version_mismatch", "persistence": "persistence_off",
+          "fabric_manager": "fabric_manager"}
+
+
+def _no_fabric(nvml: dict[str, Any]) -> None:
+    for gpu in nvml["gpus"]:
+        gpu["fabric"] = None
+
+
+def _training(nvml: dict[str, Any]) -> None:
+    nvml["gpus"][1]["fabric"] = {"state": "in_progress", "status": "NVML_SUCCESS"}
+
+
+def _persistence_off(nvml: dict[str, Any]) -> None:
+    nvml["gpus"][0]["persistence_mode"] = False
+
+
+def _stale_module(nvml: dict[str, Any]) -> None:
+    nvml["kernel_module_version"] = "580.95.05"
+
+
+CASES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, dict[str, Any], list[str], set[str]]] = {
+    # name: (change to the capture's facts, fleet expectations, daemons running, verify steps that fail)
+    "healthy": (None, {"nvswitch": True, "count": 2, "model": "H200"}, [], set()),
+    "other model and count": (None, {"count": 8, "model": "A100"}, [], {"gpus"}),
+    "module of another version": (_stale_module, {}, [], {"driver_version"}),
+    "pinned version differs": (None, {"driver_version": "570.195.03"}, [], {"driver_version"}),
+    "persistence off": (_persistence_off, {}, [], {"persistence"}),
+    "fabric still training": (_training, {"nvswitch": True}, ["nv-fabricmanager"], {"fabric_manager"}),
+    "no fabric state, no fabric manager": (_no_fabric, {"nvswitch": True}, [], {"fabric_manager"}),
+    "no fabric state, fabric manager runs": (_no_fabric, {"nvswitch": True}, ["nv-fabricmanager"], set()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_verify_and_doctor_agree(case: str, tmp_path: Path) -> None:
+    change, expected, daemons, failing = CASES[case]
+    nvml = copy.deepcopy(collect_with(FakeNvml()))
+    if change is not None:
+        change(nvml)
+    ladder = _ladder(nvml, tmp_path, FakeRun({}), expected=expected)
+    for pid, name in enumerate(daemons, start=100):
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "comm").write_text(name[:15] + "\n")
+    steps = {name: getattr(ladder, f"{name}_step")()["status"] for name in SHARED}
+    assert {name for name, status in steps.items() if status == "fail"} == failing, steps
+    found = {d["id"] for d in doctor.diagnose({"nvml": nvml, "expected": expected, "daemons": daemons})}
+    assert found & set(SHARED.values()) == {SHARED[name] for name in failing}, found
