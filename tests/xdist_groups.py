@@ -2,9 +2,9 @@
 .ci/group_seconds.py; plain Python, no pytest).
 
 A group runs on one worker from start to end: each test file is a group (its module-scoped fixtures - a
-converged container, a lab fleet - are built once); the files that use the lab's own containers are one group
-(``gpuprov-lab-N``, or containers carrying the lab label, which ``gpuprov lab down`` removes); each Molecule
-scenario is a group of its own (their platform names differ).
+converged container, a lab fleet - are built once; the one file that runs ``gpuprov lab``'s own hosts,
+``gpuprov-lab-N``, is test_lab.py, and containers that other tests start carry no lab label, so its ``lab
+down`` leaves them alone); each Molecule scenario is a group of its own (their platform names differ).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SHARED_LAB_FILES = frozenset({"test_lab.py", "test_apply_lab.py", "test_lab_hardware.py", "test_doctor_lab.py",
-                              "test_verify_lab.py"})
 #: Seconds each group took in a CI run, heaviest first (written by .ci/group_seconds.py from its JUnit report).
 GROUP_SECONDS_FILE = Path(__file__).with_name("data") / "ci-group-seconds.json"
 
@@ -21,8 +19,6 @@ GROUP_SECONDS_FILE = Path(__file__).with_name("data") / "ci-group-seconds.json"
 def group_of(relative_path: str, scenario: str | None = None) -> str:
     """The group of a test in file ``relative_path`` (``tests/...py``); ``scenario`` is test_molecule's parameter."""
     name = relative_path.rsplit("/", 1)[-1]
-    if name in SHARED_LAB_FILES:
-        return "shared-lab"
     if name == "test_molecule.py" and scenario is not None:
         return f"molecule-{scenario}"
     return relative_path

@@ -174,7 +174,10 @@ def _exec(container: Any, command: str) -> tuple[int, str]:
     return int(code), output.decode(errors="replace")
 
 
-def _create(client: Any, name: str, hostname: str, os_name: str, port: int, image: str) -> Any:
+def _create(client: Any, name: str, hostname: str, os_name: str, port: int, image: str,
+            lab_member: bool = True) -> Any:
+    """Start a lab-style container; only a ``lab_member`` carries :data:`LABEL_LAB` (``lab up``/``down``/``status``
+    manage those), so a test's own container of the same kind is left alone by them."""
     log.info("creating %s (%s) on 127.0.0.1:%d from %s", name, hostname, port, image)
     return client.containers.run(
         image,
@@ -188,7 +191,7 @@ def _create(client: Any, name: str, hostname: str, os_name: str, port: int, imag
         tmpfs={"/run": "rw,mode=755", "/run/lock": "rw,mode=1777"},
         volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
         ports={"22/tcp": ("127.0.0.1", port)},
-        labels={LABEL_LAB: "1", LABEL_HOST_OS: os_name},
+        labels={**({LABEL_LAB: "1"} if lab_member else {}), LABEL_HOST_OS: os_name},
         stop_signal="SIGRTMIN+3",
     )
 

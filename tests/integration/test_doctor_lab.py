@@ -40,7 +40,8 @@ def lab_fleet(lab_images: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     client = docker.from_env()
     port = allocate_ports(1, port_range=(42200, 42400))[0]  # away from gpuprov lab's own range
     name = f"gpuprov-doctor-{uuid.uuid4().hex[:8]}"
-    container = containers._create(client, name, "doctor-1", "debian12", port, lab_images["debian12"])
+    container = containers._create(client, name, "doctor-1", "debian12", port, lab_images["debian12"],
+                                   lab_member=False)  # not the lab's: `lab down` in another test leaves it
     try:
         host_keys = containers._wait_booted(container, 90)
         containers._authorize(container, (work / "id_ed25519.pub").read_text().strip())

@@ -1,73 +1,79 @@
-"""The lab fleet for real: ``gpuprov lab up`` brings up a Debian 12 host and the Ubuntu 20.04 stand-in,
-reached with the generated key and strict host-key checking; systemd runs as PID 1; the installed
-kernel has an initramfs and nouveau; ``lab status`` exits 0, then 3 once a host is stopped; ``lab up``
-restarts it; ``lab down`` removes everything.
+"""The README's main job on one two-host lab, from ``gpuprov lab up`` to ``gpuprov lab down``: a Debian 12 host
+with the real H200 pair's capture as its hardware and the Ubuntu 20.04 stand-in with eight NVSwitch-connected
+A100s, reached over SSH with the generated key and host-key checking on.
+
+One lab serves the whole file (booting one costs minutes); the tests run in file order and each leaves it as
+the next expects:
+
+1. the hosts as ``lab up`` made them: fleet file, OS identity, systemd, kernel, sudo, host keys, and the
+   simulated hardware answering ``nvidia-smi`` and the facts module like the real capture;
+2. the main job: check on fresh hosts reports drift (1), apply converges (0), a second apply changes nothing,
+   check is then clean (0);
+3. day-2 cases on the converged lab: a package removed by hand shows in check's drift report and is gone after
+   a re-apply; one host stopped: ``lab status`` exits 3, apply finishes the other and exits 3 with the retry
+   command, ``lab up`` brings it back on the same port; a become password never reaches a file or a log; a
+   driver branch change in the fleet file moves both hosts once confirmed;
+4. fault profiles swapped in by ``lab up`` show through nvidia-smi and facts; ``lab down`` removes the lab.
 
 Needs Docker and root (the base images are built on demand, a few minutes the first time).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from lab_helpers import captured_rows, csv_rows, drift, driver_packages, gpuprov, os_release, ssh, summary
+from test_facts_parity import EXCLUDED, NOT_IN_CAPTURE, differences
 
-pytestmark = [pytest.mark.lab]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-GPUPROV = str(Path(sys.executable).parent / "gpuprov")
-
-
-def gpuprov(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GPUPROV, *args], env=env, cwd=cwd, capture_output=True, text=True, check=False, timeout=900)
+ROOT = Path(__file__).resolve().parents[2]
+#: the README's main job: an H200 pair and an NVSwitch A100 system (Fabric Manager at the driver's version)
+PROFILES = "h200x2,a100x8-nvswitch"
+DEBIAN, UBUNTU = "lab-debian12-1", "lab-ubuntu2004-2"
+QUERY = ("index,name,uuid,pci.bus_id,driver_version,memory.total,persistence_mode,pcie.link.gen.max,"
+         "pcie.link.width.current")
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, lab_images: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """A two-host lab under a private state dir; yields {cwd, env, fleet (parsed fleet file)}."""
+    """The lab under a private state dir, made as the README does (``inventory/lab.yml`` in the working
+    directory); yields {cwd, env, path (the fleet file), fleet (parsed)}."""
     work = tmp_path_factory.mktemp("lab")
     env = dict(os.environ, GPUPROV_STATE_DIR=str(work / "state"), NO_COLOR="1", COLUMNS="200")
     gpuprov("lab", "down", env=env, cwd=work)
-    up = gpuprov("lab", "up", "--hosts", "2", env=env, cwd=work)
+    up = gpuprov("lab", "up", "--hosts", "2", "--profile", PROFILES, env=env, cwd=work)
     assert up.returncode == 0, up.stdout + up.stderr
-    fleet = yaml.safe_load((work / "inventory" / "lab.yml").read_text())
+    path = work / "inventory" / "lab.yml"
     try:
-        yield {"cwd": work, "env": env, "fleet": fleet}
+        yield {"cwd": work, "env": env, "path": path, "fleet": yaml.safe_load(path.read_text())}
     finally:
         gpuprov("lab", "down", "--purge", env=env, cwd=work)
 
 
-def ssh(fleet: dict[str, Any], host: str, command: str, known_hosts: str | None = None) -> str:
-    """Run ``command`` on lab ``host`` as in the fleet file, with strict host-key checking; return stdout."""
-    spec = fleet["hosts"][host]
-    argv = [
-        "ssh", "-F", "none", "-i", fleet["ssh"]["key"], "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts or fleet['ssh']['known_hosts']}",
-        "-p", str(spec["port"]), f"{fleet['ssh']['user']}@{spec['address']}", command,
-    ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
-    assert proc.returncode == 0, f"{host}: {command}: {proc.stderr}"
-    return proc.stdout
+def _status(lab: dict[str, Any]) -> list[dict[str, Any]]:
+    hosts: list[dict[str, Any]] = json.loads(gpuprov("lab", "status", "--json", env=lab["env"], cwd=lab["cwd"]).stdout)[
+        "hosts"]
+    return hosts
 
 
-def os_release(text: str) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-    return {key: value.strip('"') for key, value in pairs}
+# -- 1. the hosts as lab up made them ---------------------------------------------------------------------
 
 
 def test_fleet_file_shape(lab: dict[str, Any]) -> None:
     fleet = lab["fleet"]
     assert fleet["version"] == 1 and fleet["name"] == "lab"
     assert fleet["ssh"]["user"] == "admin" and fleet["ssh"]["become"] is True
-    assert {h: spec["settings"]["os"] for h, spec in fleet["hosts"].items()} == {
-        "lab-debian12-1": "debian12",
-        "lab-ubuntu2004-2": "ubuntu2004",
-    }
+    assert {h: spec["settings"]["os"] for h, spec in fleet["hosts"].items()} == {DEBIAN: "debian12",
+                                                                                 UBUNTU: "ubuntu2004"}
     assert all(spec["address"] == "127.0.0.1" for spec in fleet["hosts"].values())
     lab_dir = Path(lab["env"]["GPUPROV_STATE_DIR"]) / "lab"
     assert (lab_dir.stat().st_mode & 0o777) == 0o700
@@ -75,52 +81,236 @@ def test_fleet_file_shape(lab: dict[str, Any]) -> None:
 
 def test_os_release_per_host(lab: dict[str, Any]) -> None:
     fleet = lab["fleet"]
-    debian = os_release(ssh(fleet, "lab-debian12-1", "cat /etc/os-release"))
+    debian = os_release(ssh(fleet, DEBIAN, "cat /etc/os-release").stdout)
     assert (debian["ID"], debian["VERSION_ID"]) == ("debian", "12")
-    ubuntu = os_release(ssh(fleet, "lab-ubuntu2004-2", "cat /etc/os-release"))
+    ubuntu = os_release(ssh(fleet, UBUNTU, "cat /etc/os-release").stdout)
     assert (ubuntu["ID"], ubuntu["VERSION_ID"], ubuntu["VERSION_CODENAME"]) == ("ubuntu", "20.04", "focal")
-    assert "bullseye" in ssh(fleet, "lab-ubuntu2004-2", "cat /etc/gpuprov-standin")
-    assert "DISTRIB_RELEASE=20.04" in ssh(fleet, "lab-ubuntu2004-2", "cat /etc/lsb-release")
+    assert "bullseye" in ssh(fleet, UBUNTU, "cat /etc/gpuprov-standin").stdout
+    assert "DISTRIB_RELEASE=20.04" in ssh(fleet, UBUNTU, "cat /etc/lsb-release").stdout
 
 
-@pytest.mark.parametrize("host", ["lab-debian12-1", "lab-ubuntu2004-2"])
+@pytest.mark.parametrize("host", [DEBIAN, UBUNTU])
 def test_systemd_kernel_and_sudo(lab: dict[str, Any], host: str) -> None:
     fleet = lab["fleet"]
-    assert ssh(fleet, host, "cat /proc/1/comm").strip() == "systemd"
+    assert ssh(fleet, host, "cat /proc/1/comm").stdout.strip() == "systemd"
     # is-system-running exits 1 when degraded: read its output, not its status
-    assert ssh(fleet, host, "systemctl is-system-running || true").strip() in {"running", "degraded"}
-    assert ssh(fleet, host, "ls /boot/initrd.img-*").strip()
-    assert "nouveau.ko" in ssh(fleet, host, "ls /lib/modules/*/kernel/drivers/gpu/drm/nouveau/nouveau.ko*")
-    assert ssh(fleet, host, "sudo -n id -u").strip() == "0"
-    assert ssh(fleet, host, "systemctl is-active ssh").strip() == "active"
+    assert ssh(fleet, host, "systemctl is-system-running || true").stdout.strip() in {"running", "degraded"}
+    assert ssh(fleet, host, "ls /boot/initrd.img-*").stdout.strip()
+    assert "nouveau.ko" in ssh(fleet, host, "ls /lib/modules/*/kernel/drivers/gpu/drm/nouveau/nouveau.ko*").stdout
+    assert ssh(fleet, host, "sudo -n id -u").stdout.strip() == "0"
+    assert ssh(fleet, host, "systemctl is-active ssh").stdout.strip() == "active"
 
 
 def test_host_key_checking_is_on(lab: dict[str, Any], tmp_path: Path) -> None:
     """With an empty known_hosts the same ssh command is refused: the check really happens."""
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    with pytest.raises(AssertionError, match="Host key verification failed"):
-        ssh(lab["fleet"], "lab-debian12-1", "true", known_hosts=str(empty))
+    refused = ssh(lab["fleet"], DEBIAN, "true", known_hosts=str(empty), check=False)
+    assert refused.returncode != 0 and "Host key verification failed" in refused.stderr
 
 
-def test_status_then_stop_then_up_again(lab: dict[str, Any]) -> None:
-    cwd, env = lab["cwd"], lab["env"]
+def test_h200x2_host_answers_like_the_real_capture(lab: dict[str, Any]) -> None:
+    """Debian's real nvidia-smi on the mock NVML: every common form works, and ``--query-gpu`` gives the real
+    H200 pair's rows."""
+    fleet = lab["fleet"]
+    for flags in ("", "-L", "-q", "-q -x"):
+        ssh(fleet, DEBIAN, f"nvidia-smi {flags}")
+    xml = ET.fromstring(ssh(fleet, DEBIAN, "nvidia-smi -q -x").stdout)
+    assert xml.findtext("driver_version") == "580.159.04"
+    assert xml.findtext("attached_gpus") == "2"
+    got = csv_rows(ssh(fleet, DEBIAN, f"nvidia-smi --query-gpu={QUERY} --format=csv").stdout)
+    expected = captured_rows()
+    assert len(got) == len(expected) == 2
+    for mine, real in zip(got, expected, strict=True):
+        assert mine == {k: real[k] for k in mine}
+
+
+def test_fleet_facts_through_the_module(lab: dict[str, Any]) -> None:
+    """``gpuprov facts FILE`` over SSH: the H200 host's fact equals the real host's; the A100 host's names
+    eight GPUs behind NVSwitches."""
+    proc = gpuprov("facts", str(lab["path"]), "--json", env=lab["env"], cwd=lab["cwd"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hosts: dict[str, Any] = json.loads(proc.stdout)["hosts"]
+    assert set(hosts) == {DEBIAN, UBUNTU}
+    real = json.loads((ROOT / "tests" / "data" / "real-h200" / "facts.json").read_text())
+    h200 = hosts[DEBIAN].get("gpuprov_gpus", hosts[DEBIAN])
+    diff = differences(real, h200, (*EXCLUDED, *NOT_IN_CAPTURE, "kernel_module_version"))
+    assert not diff, "mock over SSH vs real H200:\n" + "\n".join(diff)
+    a100 = hosts[UBUNTU].get("gpuprov_gpus", hosts[UBUNTU])
+    assert a100["count"] == 8 and a100["nvswitch_present"] is True
+
+
+# -- 2. the main job ----------------------------------------------------------------------------------------
+
+
+def test_main_job(lab: dict[str, Any]) -> None:
+    path, env, cwd = str(lab["path"]), lab["env"], lab["cwd"]
+    fresh = gpuprov("check", path, "--json", str(cwd / "fresh.json"), env=env, cwd=cwd)
+    assert fresh.returncode == 1, fresh.stdout + fresh.stderr
+    assert all(h["changed"] > 0 for h in summary(cwd / "fresh.json").values())
+
+    first = gpuprov("apply", path, "--json", str(cwd / "first.json"), env=env, cwd=cwd)
+    assert first.returncode == 0, first.stdout + first.stderr
+    hosts = summary(cwd / "first.json")
+    assert len(hosts) == 2 and all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values())
+
+    second = gpuprov("apply", path, "--json", str(cwd / "second.json"), env=env, cwd=cwd)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert {name: h["changed"] for name, h in summary(cwd / "second.json").items()} == dict.fromkeys(hosts, 0)
+
+    in_sync = gpuprov("check", path, env=env, cwd=cwd)
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+
+
+# -- 3. day-2 cases on the converged lab --------------------------------------------------------------------
+
+
+def test_drift_after_a_hand_change_and_none_after_reapply(lab: dict[str, Any]) -> None:
+    """``check --json`` names the component a hand change broke, and nothing after a re-apply."""
+    path, env, cwd = str(lab["path"]), lab["env"], lab["cwd"]
+    clean = gpuprov("check", path, "--json", str(cwd / "clean.json"), env=env, cwd=cwd)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    report = drift(cwd / "clean.json")
+    assert report["drifted"] == {} and report["failed"] == {}, report
+    assert len(report["hosts"]) == 2
+    # both profiles are NVSwitch systems (the real H200 pair's capture and the HGX A100): each runs Fabric Manager
+    # at its driver's version (in sync above)
+    assert all(h["fabric_manager"]["installed"] for h in report["hosts"].values()), report["hosts"]
+
+    victim = _status(lab)[0]
+    driver = report["hosts"][victim["name"]]["driver"]
+    package = next(p for p in driver["installed"]["packages"] if p.startswith("nvidia-driver-"))
+    removed = subprocess.run(["docker", "exec", victim["container"], "dpkg", "--remove", "--force-depends",
+                              "--force-hold", package], capture_output=True, text=True, check=False)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+
+    drifted = gpuprov("check", path, "--json", str(cwd / "drifted.json"), env=env, cwd=cwd)
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    report = drift(cwd / "drifted.json")
+    assert report["drifted"] == {victim["name"]: ["driver"]}, report["drifted"]
+    assert f"{package} is not installed" in report["hosts"][victim["name"]]["driver"]["note"]
+
+    # the role that owns the package repairs it (the whole site converged in test_main_job); check below reads all
+    repaired = gpuprov("apply", path, "--role", "nvidia_driver", "--json", str(cwd / "repaired.json"),
+                       env=env, cwd=cwd)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert summary(cwd / "repaired.json")[victim["name"]]["changed"] > 0
+    after = gpuprov("check", path, "--json", str(cwd / "after.json"), env=env, cwd=cwd)
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert drift(cwd / "after.json")["drifted"] == {}
+
+
+def test_stopped_host(lab: dict[str, Any]) -> None:
+    """A stopped host: ``lab status`` exits 3 and says so; apply finishes the other host and exits 3 with the
+    command that retries the one left; ``lab up`` brings it back with the same name and port."""
+    path, env, cwd = str(lab["path"]), lab["env"], lab["cwd"]
     ok = gpuprov("lab", "status", env=env, cwd=cwd)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "gpuprov-lab-1" in ok.stdout and "gpuprov-lab-2" in ok.stdout
-    subprocess.run(["docker", "stop", "-t", "2", "gpuprov-lab-2"], check=True, capture_output=True)
-    down = gpuprov("lab", "status", env=env, cwd=cwd)
-    assert down.returncode == 3, down.stdout + down.stderr
-    assert "exited" in down.stdout
-    again = gpuprov("lab", "up", "--hosts", "2", env=env, cwd=cwd)
-    assert again.returncode == 0, again.stdout + again.stderr
-    fleet = yaml.safe_load((cwd / "inventory" / "lab.yml").read_text())
-    assert fleet["hosts"] == lab["fleet"]["hosts"]  # same hosts, same ports
+    victim = _status(lab)[-1]
+    subprocess.run(["docker", "stop", "-t", "1", victim["container"]], check=True, capture_output=True)
+    try:
+        down = gpuprov("lab", "status", env=env, cwd=cwd)
+        assert down.returncode == 3, down.stdout + down.stderr
+        assert "exited" in down.stdout
+        # one role is enough to meet the stopped host: exit 3 and the retry command are the run's, not a role's
+        run = gpuprov("apply", path, "--role", "nouveau", "--json", str(cwd / "partial.json"), env=env, cwd=cwd)
+        assert run.returncode == 3, run.stdout + run.stderr
+        hosts = summary(cwd / "partial.json")
+        assert hosts[victim["name"]]["unreachable"] == 1
+        others = [h for name, h in hosts.items() if name != victim["name"]]
+        assert others and all(h["failed"] == 0 and h["unreachable"] == 0 for h in others)
+        assert f"gpuprov apply {path} --role nouveau --json {cwd / 'partial.json'} --limit {victim['name']}" \
+            in run.stdout
+    finally:
+        up = gpuprov("lab", "up", "--hosts", "2", "--profile", PROFILES, env=env, cwd=cwd)
+        assert up.returncode == 0, up.stdout + up.stderr
+    assert yaml.safe_load(lab["path"].read_text())["hosts"] == lab["fleet"]["hosts"]  # same hosts, same ports
     assert gpuprov("lab", "status", env=env, cwd=cwd).returncode == 0
 
 
-def test_down_removes_containers(lab: dict[str, Any]) -> None:
-    cwd, env = lab["cwd"], lab["env"]
+def test_no_secret_in_run_records(lab: dict[str, Any]) -> None:
+    """A become password given as {env: NAME} reaches Ansible through a lookup, never a file or a log."""
+    env, cwd = lab["env"], lab["cwd"]
+    secret = "s3cr3t-Pa55-" + os.urandom(6).hex()
+    text = lab["path"].read_text()
+    assert "ssh:" in text
+    secret_fleet = cwd / "lab-secret.yml"
+    secret_fleet.write_text(text.replace("ssh:\n", "ssh:\n  become_password: {env: GPUPROV_TEST_BECOME}\n", 1))
+    # every task of every role becomes root with it: one role's run shows whether it leaks
+    run = gpuprov("apply", str(secret_fleet), "--role", "nouveau", "-v", env=dict(env, GPUPROV_TEST_BECOME=secret),
+                  cwd=cwd)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert secret not in run.stdout + run.stderr
+    state = Path(env["GPUPROV_STATE_DIR"])
+    leaks = [p for p in state.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == []
+
+
+def test_branch_change_from_the_fleet_file(lab: dict[str, Any]) -> None:
+    """``driver.branch: "550"`` (the lab's ``auto`` is 580 on Debian 12, 570 on the 20.04 stand-in) stops with
+    the plan until ``driver.allow_branch_change`` confirms it; then apply moves both hosts to 550 with the whole
+    driver set (Fabric Manager included) held at that version, and a re-run changes nothing."""
+    env, cwd = lab["env"], lab["cwd"]
+    hosts = _status(lab)
+    before = {h["name"]: driver_packages(h["container"]) for h in hosts}
+    assert all(pkgs and not any(v.startswith("550.") for v, _ in pkgs.values()) for pkgs in before.values()), before
+
+    document = yaml.safe_load(lab["path"].read_text())
+    document["settings"]["driver"] = dict(document["settings"].get("driver") or {}, branch="550")
+    moved_fleet = cwd / "lab-550.yml"
+    moved_fleet.write_text(yaml.safe_dump(document, sort_keys=False))
+    refused = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", env=env, cwd=cwd)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert "allow_branch_change" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    assert {h["name"]: driver_packages(h["container"]) for h in hosts} == before
+
+    document["settings"]["driver"]["allow_branch_change"] = True
+    moved_fleet.write_text(yaml.safe_dump(document, sort_keys=False))
+    # the driver role owns the whole driver set, Fabric Manager included
+    moved = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", "--json", str(cwd / "moved.json"), env=env,
+                    cwd=cwd)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    for host in hosts:
+        packages = driver_packages(host["container"])
+        assert any(name.startswith("nvidia-driver-550") for name in packages), packages
+        assert any(name.startswith("nvidia-fabricmanager-550") for name in packages), packages
+        coupled = {name: value for name, value in packages.items()
+                   if name.startswith(("nvidia-driver-", "nvidia-dkms-", "libnvidia-compute-",
+                                       "nvidia-fabricmanager-", "nvidia-utils-"))}
+        assert coupled and all(v.startswith("550.") and held for v, held in coupled.values()), coupled
+
+    again = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", "--json", str(cwd / "again.json"),
+                    env=env, cwd=cwd)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert {name: h["changed"] for name, h in summary(cwd / "again.json").items()} == {h["name"]: 0 for h in hosts}
+
+
+# -- 4. fault profiles, then down ---------------------------------------------------------------------------
+
+
+def test_fault_profiles_show_through_nvidia_smi_and_facts(lab: dict[str, Any]) -> None:
+    """``lab up`` with other profiles swaps the hardware of the running hosts: a lost GPU (Xid 79) and a driver
+    that finds no devices, as nvidia-smi and the facts module report them."""
+    env, cwd, fleet = lab["env"], lab["cwd"], lab["fleet"]
+    up = gpuprov("lab", "up", "--hosts", "2", "--profile", "xid79,no-devices", env=env, cwd=cwd)
+    assert up.returncode == 0, up.stdout + up.stderr
+    smi = ssh(fleet, DEBIAN, "nvidia-smi", check=False)
+    assert smi.returncode == 15 and "GPU is lost" in smi.stdout + smi.stderr
+    smi = ssh(fleet, UBUNTU, "nvidia-smi", check=False)
+    assert smi.returncode == 6 and "No devices were found" in smi.stdout + smi.stderr
+    proc = gpuprov("facts", str(lab["path"]), "--json", env=env, cwd=cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hosts: dict[str, Any] = json.loads(proc.stdout)["hosts"]
+    by_host = {name: facts.get("gpuprov_gpus", facts) for name, facts in hosts.items()}
+    xid = by_host[DEBIAN]
+    assert xid["available"] is True and xid["lost_gpus"]
+    assert any(g["lost"] and g["error_name"] == "NVML_ERROR_GPU_IS_LOST" for g in xid["gpus"])
+    nodev = by_host[UBUNTU]
+    assert nodev["available"] is True and nodev["count"] == 0
+
+
+def test_down_removes_the_lab(lab: dict[str, Any]) -> None:
+    env, cwd = lab["env"], lab["cwd"]
     gone = gpuprov("lab", "down", env=env, cwd=cwd)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     names = subprocess.run(

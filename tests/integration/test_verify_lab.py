@@ -39,7 +39,8 @@ def lab_fleet(lab_images: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     client = docker.from_env()
     port = allocate_ports(1, port_range=(42400, 42600))[0]  # away from gpuprov lab's and doctor's ranges
     name = f"gpuprov-verify-{uuid.uuid4().hex[:8]}"
-    container = containers._create(client, name, "verify-1", "debian12", port, lab_images["debian12"])
+    container = containers._create(client, name, "verify-1", "debian12", port, lab_images["debian12"],
+                                   lab_member=False)  # not the lab's: `lab down` in another test leaves it
     try:
         host_keys = containers._wait_booted(container, 90)
         containers._authorize(container, (work / "id_ed25519.pub").read_text().strip())
