@@ -4,6 +4,7 @@ verify ladder fails has the matching doctor diagnosis, and a host it passes has 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,19 @@ def test_verify_and_doctor_agree(case: str, tmp_path: Path) -> None:
     assert {name for name, status in steps.items() if status == "fail"} == failing, steps
     found = {d["id"] for d in doctor.diagnose({"nvml": nvml, "expected": expected, "daemons": daemons})}
     assert found & set(SHARED.values()) == {SHARED[name] for name in failing}, found
+
+
+def test_a_real_h200_host_passes_both(tmp_path: Path) -> None:
+    """The facts a real H200 host reported (tests/data/real-h200/health-1gpu, see the README there): the shared
+    verify steps do not fail and doctor finds none of their problems, as the ladder and doctor said on that
+    host; its fabric state is unreported, as nvidia-smi said (N/A)."""
+    real = Path(__file__).resolve().parents[1] / "data" / "real-h200" / "health-1gpu"
+    nvml = json.loads((real / "health-facts.json").read_text(encoding="utf-8"))
+    assert [g["fabric"] for g in nvml["gpus"]] == [None] and nvml["gpus"][0]["errors"] == {}
+    report = json.loads((real / "health-verify-report.json").read_text(encoding="utf-8"))
+    on_host = {s["name"]: s["status"] for s in report["steps"] if s["name"] in SHARED}
+    ladder = _ladder(nvml, tmp_path, FakeRun({}), expected={"model": "H200", "count": 1})
+    assert {name: getattr(ladder, f"{name}_step")()["status"] for name in SHARED} == on_host
+    assert on_host == {"gpus": "pass", "driver_version": "pass", "persistence": "pass", "fabric_manager": "skip"}
+    assert doctor.diagnose({"nvml": nvml, "expected": {"model": "H200", "count": 1}, "daemons": []}) == []
+    assert json.loads((real / "health-doctor.json").read_text(encoding="utf-8"))["diagnoses"] == []
