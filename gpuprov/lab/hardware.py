@@ -28,6 +28,7 @@ from gpuprov.matrix import load_matrix
 from gpuprov.mocknvml import install as install_mock
 from gpuprov.mocknvml import list_profiles, load_profile
 from gpuprov.mocknvml.smi import BOOKWORM_VERSION, BULLSEYE_VERSION, fetch_nvidia_smi
+from gpuprov.standin.catalogue import STANDIN_NVML_OVERLAY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def install(container: Any, os_name: str, profile: str) -> None:
     hostname = container.attrs["Config"]["Hostname"]
     with tempfile.TemporaryDirectory(prefix="gpuprov-hw-") as tmp:
         root = Path(tmp)
-        install_mock(root, profile)
+        install_mock(root, profile, overlay=STANDIN_NVML_OVERLAY_FILE)  # the installed driver's version wins
         target = root / "usr" / "bin" / "nvidia-smi"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(smi.read_bytes())

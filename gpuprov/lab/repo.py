@@ -41,7 +41,7 @@ PORT = 8471
 ROOT_IN_HOST = "/srv/gpuprov-standin"
 UNIT = "gpuprov-standin-repo.service"
 #: Bump when the repositories' content changes, so ``lab up`` rebuilds them.
-CONTENT_VERSION = "4"
+CONTENT_VERSION = "5"
 
 UNIT_TEXT = f"""\
 # gpuprov lab: serves the stand-in NVIDIA repository on this host's loopback only.

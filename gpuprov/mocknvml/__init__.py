@@ -8,6 +8,7 @@ Public API:
 * :func:`build_library` - compile the library into a directory.
 * :func:`compile_profile` / :func:`load_profile` / :func:`list_profiles` - profiles.
 * :func:`install` - put the library and a profile into a root file system (lab containers).
+* :func:`driver_overlay` - the overlay that makes the library report another driver version.
 * :func:`mock_environment` - the environment variables that make a process use the mock.
 * :func:`bind_pynvml` - point this process's pynvml at a built library (in-process tests).
 """
@@ -41,6 +42,7 @@ __all__ = [
     "bind_pynvml",
     "build_library",
     "compile_profile",
+    "driver_overlay",
     "install",
     "list_profiles",
     "load_profile",
@@ -64,13 +66,36 @@ class Installed:
     profile_dir: Path
 
 
-def install(root: Path, profile: str | Path) -> Installed:
+def driver_overlay(driver_version: str) -> str:
+    """Overlay text (the profile's ``key=value`` form) making the mock report driver ``driver_version``: its
+    NVML version (``<CUDA major>.<driver>``) and CUDA driver version (``1000*major + 10*minor``) are those of the
+    newest CUDA release whose toolkit driver is at most that version, from gpuprov's matrix (``580.65.06`` ->
+    CUDA 13.0: ``13.580.65.06``, 13000).
+
+    Raises:
+        ConfigError: no CUDA release in the matrix runs on that driver.
+    """
+    from gpuprov.exceptions import ConfigError
+    from gpuprov.matrix import load_matrix, version_key
+
+    releases = load_matrix().cuda
+    runs = [cuda for cuda, release in releases.items() if version_key(release.driver) <= version_key(driver_version)]
+    if not runs:
+        raise ConfigError(f"driver {driver_version}: no CUDA release in the matrix runs on it")
+    cuda = max(runs, key=version_key)
+    major, minor = (int(part) for part in cuda.split(".")[:2])
+    return (f"# the installed driver's versions (gpuprov stand-in)\nsystem.driver_version={driver_version}\n"
+            f"system.nvml_version={major}.{driver_version}\nsystem.cuda_driver_version={1000 * major + 10 * minor}\n")
+
+
+def install(root: Path, profile: str | Path, overlay: str | None = None) -> Installed:
     """Install the mock NVML into the file system under ``root``.
 
     Writes ``<root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`` (+ ``libnvidia-ml.so`` symlink),
     the compiled ``profile`` as ``<root>/etc/gpuprov/mock-nvml.conf`` (what the library reads by
     default) and every shipped profile as ``<root>/etc/gpuprov/mock-nvml.d/<name>.conf``, so that
-    ``GPUPROV_MOCK_NVML_PROFILE=<name>`` switches profile inside the container.
+    ``GPUPROV_MOCK_NVML_PROFILE=<name>`` switches profile inside the container. With ``overlay`` (a path
+    on the target) the active profile names it: when that file exists its keys (:func:`driver_overlay`) win.
     """
     lib_dir = root / LIBRARY_DIR
     library = build_library(lib_dir)
@@ -83,7 +108,7 @@ def install(root: Path, profile: str | Path) -> Installed:
     for name in list_profiles():
         (profile_dir / f"{name}.conf").write_text(compile_profile(name), encoding="utf-8")
     conf = root / CONF_PATH
-    conf.write_text(compile_profile(profile), encoding="utf-8")
+    conf.write_text(compile_profile(profile) + (f"overlay={overlay}\n" if overlay else ""), encoding="utf-8")
     return Installed(library=library, symlink=symlink, conf=conf, profile_dir=profile_dir)
 
 

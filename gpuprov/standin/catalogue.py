@@ -11,6 +11,7 @@ whole driver set of a branch around it (see the comment above it), :func:`cuda_m
 
 from __future__ import annotations
 
+from gpuprov.mocknvml import driver_overlay
 from gpuprov.standin.deb import FileSpec, PackageSpec
 
 #: Debian revisions NVIDIA's CUDA repository gives driver packages: ``535.183.01-0ubuntu1`` in the
@@ -189,6 +190,9 @@ def ubuntu_kernel(abi: str, flavour: str, meta_suffix: str, meta_version: str,
 
 #: What the stand-in libnvidia-compute-<branch> installs: the driver userland version, one line.
 STANDIN_DRIVER_VERSION_FILE = "/usr/share/nvidia/gpuprov-standin/driver-version"
+#: The mock NVML overlay the stand-in userland ships (gpuprov.mocknvml.driver_overlay): with it installed, the
+#: lab's mock reports the driver version of the package installed, not its profile's.
+STANDIN_NVML_OVERLAY_FILE = "/usr/share/nvidia/gpuprov-standin/mock-nvml-driver.conf"
 
 PERSISTENCED = """\
 #!/bin/sh
@@ -297,8 +301,9 @@ def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
             PackageSpec(name=lib, version=pv, architecture="amd64", provides=("libnvidia-compute",),
                         conflicts=("libnvidia-compute",), replaces=("libnvidia-compute",),
                         description=f"gpuprov stand-in NVIDIA libcompute package {branch}{u}\n"
-                                    "Installs the driver userland version only (no libnvidia-ml: the lab's mock).",
-                        files={STANDIN_DRIVER_VERSION_FILE: FileSpec(version + "\n")}),
+                                    "The driver userland version and the lab mock NVML's overlay (no libnvidia-ml).",
+                        files={STANDIN_DRIVER_VERSION_FILE: FileSpec(version + "\n"),
+                               STANDIN_NVML_OVERLAY_FILE: FileSpec(driver_overlay(version))}),
             PackageSpec(name=utils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
                         provides=("nvidia-utils",), conflicts=("nvidia-utils",), replaces=("nvidia-utils",),
                         description=f"gpuprov stand-in NVIDIA driver support binaries {branch}{u}\n"

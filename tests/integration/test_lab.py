@@ -161,6 +161,19 @@ def test_main_job(lab: dict[str, Any]) -> None:
     in_sync = gpuprov("check", path, env=env, cwd=cwd)
     assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
 
+    # the simulated hardware follows what was installed: NVML reports the driver package's version
+    for host in _status(lab):
+        installed = {v.split("-")[0] for n, (v, _) in driver_packages(host["container"]).items()
+                     if n.startswith("libnvidia-compute-")}
+        reported = ssh(lab["fleet"], host["name"], "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+        assert set(reported.stdout.split()) == installed and len(installed) == 1, (host["name"], reported.stdout)
+
+    # verify and doctor tell the same truth about the converged hosts: ready, nothing to fix
+    verified = gpuprov("verify", path, "--json", str(cwd / "verify.json"), env=env, cwd=cwd)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    doctor = gpuprov("doctor", path, "--json", "--window", "2", "--samples", "2", env=env, cwd=cwd)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
 
 # -- 3. day-2 cases on the converged lab --------------------------------------------------------------------
 

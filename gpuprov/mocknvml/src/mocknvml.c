@@ -14,6 +14,11 @@
  *                                        or /etc/gpuprov/mock-nvml.d
  *   /etc/gpuprov/mock-nvml.conf          what gpuprov.mocknvml.install() writes
  *
+ * Overlay: a profile key "overlay=PATH" names a second file of the same form
+ * whose keys win over the profile's; it is read at each nvmlInit when present
+ * and ignored when absent.  The lab's stand-in driver package ships one with
+ * its own system.* versions, so NVML reports the driver that is installed.
+ *
  * Value conventions (see docs/mock-nvml.md):
  *   - a missing key means the call returns NVML_ERROR_NOT_SUPPORTED;
  *   - a value "!NAME" (NAME from NVML_ERROR_NAME) makes the call return that
@@ -148,12 +153,18 @@ static unsigned int g_refcount;      /* nvmlInit calls not yet shut down */
 static struct entry *g_entries;
 static size_t g_n_entries;
 static char *g_text;                 /* the file contents; entries point into it */
+static struct entry *g_over;         /* the overlay's entries, which win over the profile's */
+static size_t g_n_over;
+static char *g_over_text;
 static char g_conf_path[4096];       /* the profile file loaded, for the MIG state file beside it */
 static struct mock_device g_devices[MOCK_MAX_DEVICES];
 static unsigned int g_n_devices;
 
 static const char *cfg_get(const char *key)
 {
+    for (size_t i = 0; i < g_n_over; i++)
+        if (strcmp(g_over[i].key, key) == 0)
+            return g_over[i].value;
     for (size_t i = 0; i < g_n_entries; i++)
         if (strcmp(g_entries[i].key, key) == 0)
             return g_entries[i].value;
@@ -165,9 +176,14 @@ static void cfg_free(void)
     mock_mig_unload();
     free(g_entries);
     free(g_text);
+    free(g_over);
+    free(g_over_text);
     g_entries = NULL;
     g_text = NULL;
+    g_over = NULL;
+    g_over_text = NULL;
     g_n_entries = 0;
+    g_n_over = 0;
     g_n_devices = 0;
 }
 
@@ -181,10 +197,9 @@ static char *trim(char *s)
     return s;
 }
 
-/* Read and split the conf file.  Returns 0 on success, -1 when unreadable. */
-static int cfg_load_file(const char *path)
+/* Read and split a conf file into *text and *entries.  Returns 0 on success, -1 when unreadable. */
+static int parse_file(const char *path, char **text, struct entry **entries, size_t *n_entries)
 {
-    snprintf(g_conf_path, sizeof(g_conf_path), "%s", path);
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
@@ -197,27 +212,27 @@ static int cfg_load_file(const char *path)
         fclose(f);
         return -1;
     }
-    g_text = malloc((size_t)size + 1);
-    if (g_text == NULL) {
+    char *buf = malloc((size_t)size + 1);
+    if (buf == NULL) {
         fclose(f);
         return -1;
     }
-    size_t got = fread(g_text, 1, (size_t)size, f);
+    size_t got = fread(buf, 1, (size_t)size, f);
     fclose(f);
-    g_text[got] = '\0';
+    buf[got] = '\0';
 
     size_t lines = 1;
     for (size_t i = 0; i < got; i++)
-        if (g_text[i] == '\n')
+        if (buf[i] == '\n')
             lines++;
-    g_entries = calloc(lines, sizeof(*g_entries));
-    if (g_entries == NULL) {
-        free(g_text);
-        g_text = NULL;
+    struct entry *list = calloc(lines, sizeof(*list));
+    if (list == NULL) {
+        free(buf);
         return -1;
     }
+    size_t n = 0;
     char *save = NULL;
-    for (char *line = strtok_r(g_text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(buf, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
         char *t = trim(line);
         if (*t == '\0' || *t == '#')
             continue;
@@ -225,11 +240,26 @@ static int cfg_load_file(const char *path)
         if (eq == NULL)
             continue;
         *eq = '\0';
-        g_entries[g_n_entries].key = trim(t);
-        g_entries[g_n_entries].value = trim(eq + 1);
-        g_n_entries++;
+        list[n].key = trim(t);
+        list[n].value = trim(eq + 1);
+        n++;
     }
+    *text = buf;
+    *entries = list;
+    *n_entries = n;
+    return 0;
+}
+
+/* Load the profile at path, then the overlay it names, if that file exists. */
+static int cfg_load_file(const char *path)
+{
+    snprintf(g_conf_path, sizeof(g_conf_path), "%s", path);
+    if (parse_file(path, &g_text, &g_entries, &g_n_entries) != 0)
+        return -1;
     mock_trace("loaded %zu profile keys from %s", g_n_entries, path);
+    const char *overlay = cfg_get("overlay");
+    if (overlay != NULL && overlay[0] != '\0' && parse_file(overlay, &g_over_text, &g_over, &g_n_over) == 0)
+        mock_trace("loaded %zu overlay keys from %s", g_n_over, overlay);
     return 0;
 }
 

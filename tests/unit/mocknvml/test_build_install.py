@@ -10,7 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from gpuprov.mocknvml import compile_profile, install, list_profiles
+from gpuprov.exceptions import ConfigError
+from gpuprov.mocknvml import compile_profile, driver_overlay, install, list_profiles
 
 
 def test_soname_and_hidden_internals(mock_library: Path) -> None:
@@ -54,3 +55,34 @@ def test_profile_selected_by_name(
     monkeypatch.setenv("GPUPROV_MOCK_NVML_PROFILE", "missing")
     with pytest.raises(n.NVMLError_DriverNotLoaded):  # no profile: behaves as a host without a driver
         n.nvmlInit()
+
+
+def test_driver_overlay_wins_while_it_exists(use_profile: Callable[[str], ModuleType], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile naming an overlay reports the overlay's driver, NVML and CUDA versions while the file exists
+    (the lab's stand-in driver package ships it) and its own once the file is gone, re-read at each nvmlInit."""
+    overlay = tmp_path / "driver.conf"
+    conf = tmp_path / "with-overlay.conf"
+    conf.write_text(compile_profile("a100x8-nvswitch") + f"overlay={overlay}\n", encoding="utf-8")
+    pynvml = use_profile("a100x8-nvswitch")
+    monkeypatch.setenv("GPUPROV_MOCK_NVML_CONF", str(conf))
+    pynvml.nvmlInit()
+    assert pynvml.nvmlSystemGetDriverVersion() == "535.183.01"  # no overlay file yet: the profile's
+    pynvml.nvmlShutdown()
+    overlay.write_text(driver_overlay("570.133.20"), encoding="utf-8")
+    pynvml.nvmlInit()
+    assert pynvml.nvmlSystemGetDriverVersion() == "570.133.20"
+    assert pynvml.nvmlSystemGetNVMLVersion() == "12.570.133.20"
+    assert pynvml.nvmlSystemGetCudaDriverVersion_v2() == 12080
+    assert pynvml.nvmlDeviceGetCount() == 8  # everything else is still the profile's
+    pynvml.nvmlShutdown()
+    overlay.unlink()
+    pynvml.nvmlInit()
+    assert pynvml.nvmlSystemGetDriverVersion() == "535.183.01"
+
+
+def test_driver_overlay_follows_the_matrix() -> None:
+    assert "system.cuda_driver_version=13000" in driver_overlay("580.65.06")
+    assert "system.nvml_version=12.550.127.05" in driver_overlay("550.127.05")
+    with pytest.raises(ConfigError, match="no CUDA release"):
+        driver_overlay("100.1")
