@@ -100,11 +100,18 @@ def _jinja_names(env: jinja2.Environment, source: str) -> Iterator[tuple[str, st
         return  # not Jinja (e.g. a shell snippet with braces); Ansible's syntax check reports real errors
     for node in tree.find_all(jinja2.nodes.Filter):
         yield "filter", node.name
-    for node in tree.find_all(jinja2.nodes.Test):
-        yield "test", node.name
-    for node in tree.find_all(jinja2.nodes.Call):
-        if isinstance(node.node, jinja2.nodes.Name) and node.node.name in ("lookup", "query", "q") and node.args:
-            first = node.args[0]
+        # map('f', ...) names a filter; select/reject('t') and selectattr/rejectattr('attr', 't') name a test
+        named = {"map": ("filter", 0), "select": ("test", 0), "reject": ("test", 0), "selectattr": ("test", 1),
+                 "rejectattr": ("test", 1)}.get(node.name)
+        if named and len(node.args) > named[1]:
+            arg = node.args[named[1]]
+            if isinstance(arg, jinja2.nodes.Const) and isinstance(arg.value, str):
+                yield named[0], arg.value
+    for test in tree.find_all(jinja2.nodes.Test):
+        yield "test", test.name
+    for call in tree.find_all(jinja2.nodes.Call):
+        if isinstance(call.node, jinja2.nodes.Name) and call.node.name in ("lookup", "query", "q") and call.args:
+            first = call.args[0]
             if isinstance(first, jinja2.nodes.Const) and isinstance(first.value, str):
                 yield "lookup", first.value
 
@@ -120,10 +127,28 @@ def _task_names(env: jinja2.Environment, task: dict[str, Any]) -> Iterator[tuple
         if key in CONDITIONALS:
             for text in _strings(value):
                 yield from _jinja_names(env, "{{ " + text + " }}")
-    for args in task.values():  # assert's `that` sits in the module's arguments
-        if isinstance(args, dict) and "that" in args:
-            for text in _strings(args["that"]):
-                yield from _jinja_names(env, "{{ " + text + " }}")
+    for args in task.values():  # assert's `that` and debug's `var` sit in the module's arguments, bare
+        for bare in ("that", "var"):
+            if isinstance(args, dict) and bare in args:
+                for text in _strings(args[bare]):
+                    yield from _jinja_names(env, "{{ " + text + " }}")
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    return sorted([*folder.glob("**/*.yml"), *folder.glob("**/*.yaml")])
+
+
+def _action_found(action: str) -> bool:
+    """An action name ansible-core can run: a built-in task keyword, a module or an action plugin. (The task
+    parser checks names only in the ``module: args`` form, not in ``action:``/``local_action:``.)"""
+    from ansible.parsing.mod_args import BUILTIN_TASKS
+    from ansible.plugins.loader import action_loader, module_loader
+
+    if action in BUILTIN_TASKS:
+        return True
+    if module_loader.find_plugin_with_context(action).resolved:
+        return True
+    return bool(action_loader.find_plugin_with_context(action).resolved)
 
 
 def check_playbook(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
@@ -157,7 +182,7 @@ def check_playbook(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
                          for t in play.get(k) or []]
         for role in roles:
             for sub in ("tasks", "handlers"):
-                for path in sorted((role / sub).glob("**/*.yml")):
+                for path in _yaml_files(role / sub):
                     yield path, _yaml(path) or []
 
     for path, tasks in task_files():
@@ -174,12 +199,18 @@ def check_playbook(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
                     action = None
                 else:
                     checked["module"] += 1
-            del action
+                    if not _action_found(action):
+                        unresolved.append({"playbook": playbook.name, "kind": "module", "name": action,
+                                           "file": str(path)})
             for kind, name in _task_names(env, task):
                 resolve(kind, name, path)
+    for play in _yaml(playbook) or []:  # play-level vars
+        for text in _strings(play.get("vars") or {}):
+            for kind, name in _jinja_names(env, text):
+                resolve(kind, name, playbook)
     for role in roles:
         for sub in ("vars", "defaults"):
-            for path in sorted((role / sub).glob("**/*.yml")):
+            for path in _yaml_files(role / sub):
                 for text in _strings(_yaml(path)):
                     for kind, name in _jinja_names(env, text):
                         resolve(kind, name, path)
