@@ -183,7 +183,7 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
         raise EnvironmentMissing("pynvml (nvidia-ml-py) is not installed and the PCI bus is unreadable: "
                                  "nothing to check (pip install nvidia-ml-py)")
     facts["pci"] = pci
-    facts["platform"] = _library("platform_info").collect(sysfs_root, proc_root, kernel_log_path)
+    facts["platform"] = _library("platform_info").collect(sysfs_root, proc_root, kernel_log_path, daemons=True)
     facts["kernel"] = kernel_facts(running_kernel)
     facts["module_log"] = module_log(kernel_log_path)
     facts["holders"] = device_holders(proc_root)
@@ -230,7 +230,7 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
                 "nvswitch": "{{ gpuprov_gpus_nvswitch | default(false) | bool }}",
                 "driver_version": "{{ gpuprov_driver_version | default(none) }}"}}},
             {"name": "Read the platform", "platform_info": {
-                **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}",
+                **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}", "daemons": True,
                 "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
              "register": "__doctor_platform", **ro},
             {"name": "Read GPU PCI bindings", "gpu_pci_info": roots, "register": "__doctor_pci", **ro},

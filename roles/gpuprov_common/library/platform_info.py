@@ -44,6 +44,13 @@ options:
       - Run C(mokutil), C(lspci) and C(journalctl) when installed. Null runs them only when
         O(sysfs_root) is C(/sys), so a fake tree is never mixed with the real machine.
     type: bool
+  daemons:
+    description:
+      - Also report C(daemons), the NVIDIA daemons running (by process name, under O(proc_root)). Off by
+        default: it is state of the moment, not of the platform, and bios_check's report must not change
+        between two runs on an unchanged host.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -60,8 +67,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 platform:
-  description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log, daemons (the
-    NVIDIA daemons running, by process name).
+  description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log, and with
+    O(daemons) daemons (the NVIDIA daemons running, by process name).
   returned: always
   type: dict
 """
@@ -386,7 +393,8 @@ def kernel_log(path, commands):
     return {"source": None, "available": False, "events": []}
 
 
-def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_path=None, use_commands=None):
+def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_path=None, use_commands=None,
+            daemons=False):
     """The whole report; pure except for the optional commands, so tests call it on fake trees."""
     commands = use_commands if use_commands is not None else os.path.realpath(sysfs_root) == "/sys"
     lspci_text = _read(lspci_path) if lspci_path else None
@@ -394,7 +402,7 @@ def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_pa
         rc, out = _run(["lspci", "-vvv", "-D", "-nn"])
         lspci_text = out if rc == 0 else None
     pci_report, group_types = pci(sysfs_root, lspci_text)
-    return {
+    report = {
         "boot": boot_mode(sysfs_root, proc_root),
         "secure_boot": secure_boot(sysfs_root, commands),
         "iommu": iommu(sysfs_root, proc_root, group_types),
@@ -402,8 +410,10 @@ def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_pa
         "ram": ram(proc_root),
         "disks": disks(sysfs_root),
         "kernel_log": kernel_log(kernel_log_path, commands),
-        "daemons": running_daemons(proc_root),
     }
+    if daemons:
+        report["daemons"] = running_daemons(proc_root)
+    return report
 
 
 def main():
@@ -414,6 +424,7 @@ def main():
             "kernel_log_path": {"type": "path"},
             "lspci_path": {"type": "path"},
             "use_commands": {"type": "bool"},
+            "daemons": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -424,6 +435,7 @@ def main():
         params["kernel_log_path"],
         params["lspci_path"],
         params["use_commands"],
+        params["daemons"],
     )
     module.exit_json(changed=False, platform=platform)
 

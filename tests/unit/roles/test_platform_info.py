@@ -193,3 +193,13 @@ def test_bar1_of_a_gpu_with_64_bit_bar0(platform_info: ModuleType, tmp_path: Pat
     bar1 = next(b for b in bars if b["index"] == 2)
     assert bar1["size"] == 256 * 1024**3
     assert bar1["start"] >= 4 * 1024**3
+
+
+def test_daemons_only_when_asked(platform_info: ModuleType, tmp_path: Path) -> None:
+    """The running NVIDIA daemons are reported only on request (doctor asks): bios_check's report holds the
+    platform alone, so it does not change between two runs of an unchanged host when a daemon has started."""
+    root = build_tree(tmp_path, healthy_h200(daemons=["nvidia-persistenced", "nv-fabricmanager", "sshd"]))
+    assert "daemons" not in collect(platform_info, root)
+    asked = platform_info.collect(str(root / "sys"), str(root / "proc"), str(root / "kernel.log"), None, False,
+                                  daemons=True)
+    assert asked["daemons"] == ["nv-fabricmanager", "nvidia-persistenced"]
