@@ -42,7 +42,7 @@ def test_profile_seen_through_nvml(host):
     # the idle profile's current link is Gen1; the report keeps no live values, the mock conf says which ran
     conf = host.file("/etc/gpuprov/mock-nvml.conf").content_string
     data = report(host)
-    assert data["nvml"] == {"available": True, "error_name": None, "count": 2, "driver_version": "580.159.04"}
+    assert data["nvml"] == {"available": True, "error_name": None, "count": 2}
     if "pcie.link_gen_current=1" in conf:
         assert not [x for x in data["findings"] if x["id"].startswith("pcie")]
 

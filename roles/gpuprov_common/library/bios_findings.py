@@ -116,7 +116,9 @@ def main():
             "failed": bool(bad),
             "findings": findings,
             "platform": params["platform"],
-            "nvml": {key: params["gpus"].get(key) for key in ("available", "error_name", "count", "driver_version")},
+            # not the driver version: installing the driver is the site's own work after this preflight, and the
+            # report of an unchanged platform must not change on the next run
+            "nvml": {key: params["gpus"].get(key) for key in ("available", "error_name", "count")},
             "gpus": report_gpus(params["gpus"]),
         },
         ansible_facts={"bios_check_findings": findings, "gpuprov_findings": others + ours},
