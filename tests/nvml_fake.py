@@ -1,7 +1,7 @@
 """A stand-in for the pynvml module that answers from the recorded h200x2 fixture, for the collector's tests.
 
 :class:`FakeNvml` has the pynvml functions the collector calls. Values come from
-``shared/fixtures/nvml/h200x2/nvml.json`` (readings through pynvml on a real 2x H200 host); an ``{"error": ...}``
+``tests/data/nvml-h200x2/nvml.json`` (readings through pynvml on a real 2x H200 host); an ``{"error": ...}``
 entry there raises that pynvml error class. A few values the JSON does not hold (the fabric state) come from the
 same capture's other files, each named where it is used; calls the capture did not record at all raise
 ``NVMLError_NotSupported`` (see :data:`NOT_RECORDED`). Errors are pynvml's own classes, so the collector sees
@@ -22,12 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fixture_dir() -> Path:
-    """``shared/fixtures/nvml/h200x2`` in the checkout, else the workspace's ``/work/shared`` copy."""
-    for base in (ROOT / "shared", ROOT.parent / "shared"):
-        candidate = base / "fixtures" / "nvml" / "h200x2"
-        if (candidate / "nvml.json").is_file():
-            return candidate
-    raise FileNotFoundError("shared/fixtures/nvml/h200x2/nvml.json not found beside the checkout")
+    """``tests/data/nvml-h200x2``: the recorded readings of a real 2x H200 host (its README says how)."""
+    return ROOT / "tests" / "data" / "nvml-h200x2"
 
 
 def load_fixture() -> dict[str, Any]:

@@ -22,7 +22,7 @@ from gpuprov.mocknvml.smi import fetch_nvidia_smi
 QUERY = (
     "index,name,uuid,pci.bus_id,driver_version,memory.total,persistence_mode,pcie.link.gen.max,pcie.link.width.current"
 )
-# From shared/fixtures/nvml/h200x2/probe.txt (the real host's --query-gpu CSV), same columns.
+# From tests/data/nvml-h200x2/probe.txt (the real host's --query-gpu CSV), same columns.
 CAPTURED_CSV = [
     "index, name, uuid, pci.bus_id, driver_version, memory.total [MiB], persistence_mode, pcie.link.gen.max, "
     "pcie.link.width.current",

@@ -40,7 +40,7 @@ DEFAULTS = {
 }
 
 #: Expected minimum BAR1 (MiB) of large-BAR models with Above 4G Decoding on, by normalised model prefix.
-#: h200: 262144 measured on a real 2x H200 (tests/data/real-h200/facts.json, shared/fixtures/nvml/h200x2);
+#: h200: 262144 measured on a real 2x H200 (tests/data/real-h200/facts.json, tests/data/nvml-h200x2);
 #: the others are the BAR1 totals nvidia-smi -q reports on correctly configured hosts (NVIDIA product briefs,
 #: verified: false). Models not listed get no size check; the sysfs and kernel-log checks still apply.
 BAR1_MIN_MIB = (

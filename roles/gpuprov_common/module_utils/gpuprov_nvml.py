@@ -7,7 +7,7 @@ Used by the ``nvml_facts`` Ansible module on target hosts and by ``gpuprov facts
 
 :func:`collect` takes the pynvml *module* as an argument instead of importing it: the module runs on hosts
 where pynvml is not installed (the action plugin ships the controller's copy), and the unit tests pass a
-fake object that answers from the recorded fixture ``shared/fixtures/nvml/h200x2/nvml.json``.
+fake object that answers from the recorded fixture ``tests/data/nvml-h200x2/nvml.json``.
 
 Error policy, per NVML call:
 
