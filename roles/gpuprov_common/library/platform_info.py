@@ -47,8 +47,8 @@ options:
   daemons:
     description:
       - Also report C(daemons), the NVIDIA daemons running (by process name, under O(proc_root)). Off by
-        default: it is state of the moment, not of the platform, and bios_check's report must not change
-        between two runs on an unchanged host.
+        default, as this is state of the moment, not of the platform, and bios_check's report must not
+        change between two runs on an unchanged host.
     type: bool
     default: false
 attributes:
