@@ -201,7 +201,7 @@ def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code:
         proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(request.run_dir)], stderr=stderr)
     seen: dict[int, str] = {}
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 300  # ansible-playbook starts slowly beside the lint gates on 2 cores
         while not any(args == "sleep 300" for args in seen.values()):
             assert proc.poll() is None, f"the run ended (rc={proc.returncode}) before the task started"
             assert time.monotonic() < deadline, f"sleep 300 never started; processes: {seen}"
