@@ -34,6 +34,7 @@ from ansible.module_utils.gpuprov_health import (
     expectation_problems,
     fabric_manager,
     persistence_off,
+    usable_gpus,
 )
 
 SEVERITIES = ("fail", "warn", "info")
@@ -107,10 +108,6 @@ class _Out:
                 "action": list(action) if action else None,
             }
         )
-
-
-def _gpus(nvml):
-    return [g for g in (nvml or {}).get("gpus") or [] if not g.get("lost")]
 
 
 def _label(gpu):
@@ -288,7 +285,7 @@ def _driver_not_loaded(facts, out, functions):
 def _gpu_state(facts, out):
     """ECC, persistence, MIG pending, temperature and throttle reasons, per GPU."""
     nvml = facts.get("nvml") or {}
-    gpus = _gpus(nvml)
+    gpus = usable_gpus(nvml)
     off_indices = persistence_off(nvml)
     off = [g for g in gpus if str(g.get("index")) in off_indices]
     if off:
@@ -379,7 +376,7 @@ def _fleet_rules(facts, out):
                 "reboot (or unload and reload the nvidia modules) after a driver change so the kernel module and "
                 "the libraries are one version; a pinned version other than the installed one: gpuprov apply "
                 "FLEET --role nvidia_driver")
-    if facts.get("daemons") is None and not any((g.get("fabric") or {}).get("state") for g in _gpus(nvml)):
+    if facts.get("daemons") is None and not any((g.get("fabric") or {}).get("state") for g in usable_gpus(nvml)):
         return  # nothing to judge Fabric Manager by
     status, reason = fabric_manager(nvml, expected, facts.get("daemons"))
     if status == "fail":
@@ -402,7 +399,7 @@ def swinging(values):
 
 def _utilisation(facts, out):
     samples = facts.get("samples") or {}
-    by_index = {str(g.get("index")): g for g in _gpus(facts.get("nvml"))}
+    by_index = {str(g.get("index")): g for g in usable_gpus(facts.get("nvml"))}
     for index, values in sorted((samples.get("gpus") or {}).items()):
         if not swinging(values):
             continue

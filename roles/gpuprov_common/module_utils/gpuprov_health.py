@@ -49,7 +49,8 @@ def running_daemons(proc_root="/proc", names=DAEMONS):
     return sorted(found)
 
 
-def _gpus(nvml):
+def usable_gpus(nvml):
+    """The GPU entries of an NVML fact that are not lost."""
     return [g for g in (nvml or {}).get("gpus") or [] if not g.get("lost")]
 
 
@@ -104,7 +105,7 @@ def driver_problems(nvml, expected):
 
 def persistence_off(nvml):
     """Indices (str) of the GPUs whose persistence mode is off, sorted."""
-    return sorted(str(g.get("index")) for g in _gpus(nvml) if g.get("persistence_mode") is False)
+    return sorted(str(g.get("index")) for g in usable_gpus(nvml) if g.get("persistence_mode") is False)
 
 
 def nvswitch_system(nvml, expected):
@@ -119,7 +120,7 @@ def fabric_manager(nvml, expected, daemons):
     if not nvswitch_system(nvml, expected):
         return "skip", ("not an NVSwitch system (NVML sees no NVSwitch link and the fleet file sets "
                         "gpus.nvswitch false)")
-    reported = [g for g in _gpus(nvml) if (g.get("fabric") or {}).get("state") in FABRIC_REPORTED]
+    reported = [g for g in usable_gpus(nvml) if (g.get("fabric") or {}).get("state") in FABRIC_REPORTED]
     if reported:
         bad = [g for g in reported if g["fabric"]["state"] != "completed" or g["fabric"]["status"] != "NVML_SUCCESS"]
         if bad:
