@@ -88,6 +88,16 @@ systemctl set-default multi-user.target
 rm -f /var/lib/dbus/machine-id
 ln -s /etc/machine-id /var/lib/dbus/machine-id
 
+# --- dpkg without fsync, as in Docker's own Debian images: a container's root is thrown away, never
+# recovered after a power loss, and fsync on overlayfs is a large part of every package install ----------
+printf 'force-unsafe-io\n' > /etc/dpkg/dpkg.cfg.d/gpuprov-lab-unsafe-io
+
+# --- initramfs: MODULES=list, only the modules /etc/initramfs-tools/modules names (none). A container
+# boots from no disk, and MODULES=most's 700-odd storage and input drivers make each rebuild (the nouveau
+# role's, every kernel install's) take ten times as long. The GPU modules were never in either image.
+sed -i 's/^MODULES=.*/MODULES=list/' /etc/initramfs-tools/initramfs.conf
+grep -qx 'MODULES=list' /etc/initramfs-tools/initramfs.conf
+
 # --- the installed kernel must come with a real initramfs (roles rebuild and inspect it) -----------
 for modules in /lib/modules/*; do
     kernel=${modules##*/}
