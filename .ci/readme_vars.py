@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate or check the "## Role Variables" section of each role README from meta/argument_specs.yml.
 
-meta/argument_specs.yml is the single source of a role's interface (STYLE rule 2). This script writes
+meta/argument_specs.yml is the single source of a role's interface. This script writes
 the variables section of roles/<role>/README.md from it, and checks that defaults/main.yml defines
 exactly the documented options with the documented defaults.
 

@@ -10,7 +10,7 @@ import jinja2
 from gpuprov.resources import templates_dir
 
 #: Environment for every run. Host-key checking stays on (the fleet file names the known_hosts file);
-#: facts are read only through ansible_facts['...'] (STYLE rule 4); SSH connections are reused.
+#: facts are read only through ansible_facts['...']; SSH connections are reused.
 BASE_ENV: dict[str, str] = {
     "ANSIBLE_HOST_KEY_CHECKING": "True",
     "ANSIBLE_INJECT_FACT_VARS": "False",

@@ -2,7 +2,7 @@
 
 The order is read from ``playbooks/site.yml`` (its ``import_playbook`` entries) and each role's
 one-line summary and description from ``roles/<role>/meta/argument_specs.yml``, the single source
-of a role's interface (STYLE rule 2), so nothing here can drift from the playbooks.
+of a role's interface, so nothing here can drift from the playbooks.
 """
 
 from __future__ import annotations

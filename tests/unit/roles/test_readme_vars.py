@@ -1,4 +1,4 @@
-""".ci/readme_vars.py: each role README's variables section matches meta/argument_specs.yml (STYLE rule 2)."""
+""".ci/readme_vars.py: each role README's variables section matches meta/argument_specs.yml."""
 
 from __future__ import annotations
 
