@@ -57,8 +57,11 @@ def validate_loaded(loaded: LoadedYaml, source: Path, *, check_files: bool = Fal
     :func:`load_fleet`."""
     validator = _Validator(loaded, load_matrix(), check_files=check_files)
     fleet = validator.run(source)
-    if validator.problems:
-        ordered: list[Problem] = sorted(validator.problems, key=_order)
+    # a value written in a non-decimal number form is reported once, by the loader
+    written = {format_path(path) for path in loaded.number_forms}
+    problems = [*loaded.problems, *(p for p in validator.problems if p.path not in written)]
+    if problems:
+        ordered: list[Problem] = sorted(problems, key=_order)
         raise FleetValidationError(list[object](ordered))
     assert fleet is not None
     log.debug("fleet %s: %d hosts, %d groups", source, len(fleet.hosts), len(fleet.groups))
@@ -75,7 +78,7 @@ class _Validator:
         self.file = loaded.file
         self.matrix = matrix
         self.check_files = check_files
-        self.problems: list[Problem] = list(loaded.problems)
+        self.problems: list[Problem] = []  # the loader's problems are added by validate_loaded
 
     # -- helpers ------------------------------------------------------------------------------------
     def fail(self, path: Path_, problem: str, fix: str, line: int | None = None) -> None:
