@@ -34,9 +34,11 @@ def fail(problem: str, fix: str) -> PydanticCustomError:
 
 
 def _type_name(value: object) -> str:
-    return {dict: "mapping", list: "list", bool: "boolean", int: "number", float: "number", str: "string"}.get(
-        type(value), type(value).__name__
-    )
+    for kind, name in ((bool, "boolean"), (dict, "mapping"), (list, "list"), (int, "number"), (float, "number"),
+                       (str, "string")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def _require_str(value: object, what: str, example: str) -> str:
@@ -45,11 +47,18 @@ def _require_str(value: object, what: str, example: str) -> str:
     if isinstance(value, bool) or value is None:
         raise fail(f"expected {what}, got {_type_name(value)} {value!r}", f"write it as a string, e.g. {example}")
     if isinstance(value, int | float):
-        raise fail(
-            f"expected {what} as a quoted string, got the number {value!r}",
-            f'quote it: "{value}" (YAML reads 12.10 as 12.1)',
-        )
+        raise fail(f"expected {what} as a quoted string, got the number {value!r}", quote_fix(value))
     raise fail(f"expected {what}, got a {_type_name(value)}", f"write it as a string, e.g. {example}")
+
+
+def quote_fix(value: int | float) -> str:
+    """How to quote a number where a string is meant: ``quote it: "12.4"``, or for a float that YAML read as
+    another number than written (the loader's :class:`~gpuprov.fleet.loader.WrittenFloat`: ``9.10`` is 9.1)
+    ``quote it as written: "9.10"`` and why."""
+    written, read = str(value), repr(float(value)) if isinstance(value, float) else str(value)
+    if written != read:
+        return f'quote it as written: "{written}" (unquoted, YAML reads {written} as the number {read})'
+    return f'quote it: "{written}"'
 
 
 #: a value taken from the controller's environment at run time, ``{"env": NAME}``; never stored
@@ -134,8 +143,8 @@ def _check_address(value: object) -> str:
 
 def _check_port(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.isdigit():
-            raise fail(f"expected a port number, got the string {value!r}", f"write it without quotes: {value}")
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            raise fail(f"expected a port number, got the string {value!r}", f"write it without quotes: {int(value)}")
         raise fail(f"expected a port number, got {_type_name(value)} {value!r}", "write a number 1-65535, e.g. 22")
     if not 1 <= value <= 65535:
         raise fail(f"port {value} is out of range", "use a port number from 1 to 65535")
@@ -182,6 +191,11 @@ def _version(pattern: str, what: str, example: str) -> Any:
 def _check_branch(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
+    if isinstance(value, float):  # 580.0: a branch is the driver version's first number, not a decimal
+        whole = value.is_integer() and 100 <= value < 1000
+        raise fail(f"expected a driver branch as a quoted string, got the number {value!r}",
+                   f'write the branch as its three digits: "{int(value)}"' if whole
+                   else 'write three digits like "580", or auto')
     text = _require_str(value, "a driver branch", '"580"')
     if text != "auto" and not re.fullmatch(r"\d{3}", text):
         raise fail(f"{text!r} is not a driver branch", 'write three digits like "580", or auto')

@@ -37,8 +37,53 @@ def expectations(path: Path) -> dict[str, int]:
     return {f: found[f] for f in fields}
 
 
+#: What the problem at each expected field must say, per bad file: each word must be in one problem text at
+#: that field; a word starting with ``!`` must not be in it. Keys of the file-wide NEVER_PRINTED are strings no
+#: problem of that file may print (credentials written into a field).
+MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "number_forms.yml": {
+        "ssh.port": ("leading 0", "base 8", "plain decimal"),
+        "settings.gpus.count": ("hexadecimal", "plain decimal"),
+        "settings.reboot.serial": ("binary", "plain decimal"),
+        "settings.psu_watts": ("`_`", "plain decimal", "!expected"),
+        "hosts.gpu01.port": ("base 60", "plain decimal"),
+        "hosts.gpu01.description": ("`_`", "quote the value where a string is meant"),
+    },
+    "float_trap_fixes.yml": {
+        "settings.gpus.model": ('quote it: "4090"', "!YAML reads"),
+        "settings.cuda.version": ('quote it as written: "12.10"', "reads 12.10 as the number 12.1"),
+        "settings.cudnn.version": ("the number 9.10", 'quote it as written: "9.10"', '!"9.1"'),
+        "settings.driver.branch": ('"580"', '!"580.0"', "!YAML reads"),
+        "settings.psu_watts": ("got 1200.50", "without a decimal point", "!quote"),
+    },
+    "whitespace_only.yml": {"(document)": ("empty", "!syntax")},
+    "document_marker_only.yml": {"(document)": ("empty", "!top level")},
+    "deep_nesting.yml": {"(document)": ("64 levels", "limit", "!syntax")},
+}
+NEVER_PRINTED: dict[str, tuple[str, ...]] = {}
+
+
 def test_there_are_enough_bad_files() -> None:
     assert len(BAD) >= 30
+    assert {*MESSAGES, *NEVER_PRINTED} <= {p.name for p in BAD}
+
+
+@pytest.mark.parametrize("name", sorted({*MESSAGES, *NEVER_PRINTED}))
+def test_bad_file_says_what_is_wrong_and_how_to_fix_it(name: str) -> None:
+    path = DATA / "bad" / name
+    with pytest.raises(FleetValidationError) as info:
+        load_fleet(path)
+    texts: dict[str, list[str]] = {}
+    for problem in info.value.problems:
+        texts.setdefault(problem.path, []).append(f"{problem.problem} - {problem.fix}")
+    for field, words in MESSAGES.get(name, {}).items():
+        want = [w for w in words if not w.startswith("!")]
+        banned = [w[1:] for w in words if w.startswith("!")]
+        assert any(all(w in t for w in want) and not any(b in t for b in banned) for t in texts.get(field, [])), (
+            f"{name}: no problem at {field} says {words}; got {texts.get(field)}")
+    for secret in NEVER_PRINTED.get(name, ()):
+        for problem in info.value.problems:
+            assert secret not in str(problem), f"{name}: {secret!r} printed in {problem}"
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
