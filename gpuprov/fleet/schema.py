@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuprov.fleet.addresses import Address
 from gpuprov.fleet.types import (
-    Address,
     AllOrIndexes,
     AutoOrPositive,
     Branch,

@@ -8,7 +8,6 @@ together as one :class:`~gpuprov.exceptions.FleetValidationError`, sorted by lin
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from gpuprov.exceptions import FleetValidationError
+from gpuprov.fleet.addresses import address_key
 from gpuprov.fleet.checks import HostCheck, check_host
 from gpuprov.fleet.errors import describe, problems_from, suggest_fix
 from gpuprov.fleet.loader import LoadedYaml, load_yaml
@@ -220,6 +220,10 @@ class _Validator:
         for name, value in raw.items():
             if not self.named(check_host_name, name, ("hosts", name)):
                 continue
+            if groups is not None and name in groups:
+                self.fail(("hosts", name), f"host {name!r} has the name of a group (groups.{name}, line "
+                          f"{self.loaded.line_of(('groups', name))}): Ansible warns, and --limit {name} would mean "
+                          "both", "rename the host or the group")
             entry = out[name] = self.model(HostEntry, value, ("hosts", name))
             if entry is None:
                 continue
@@ -230,12 +234,13 @@ class _Validator:
                 if group in entry.groups[:index]:
                     self.fail(("hosts", name, "groups", index), f"group {group!r} is listed twice", "list it once")
             port = entry.port if entry.port is not None else default_port
-            key = (_address_key(entry.address), port if isinstance(port, int) else 22)
+            key = (address_key(entry.address), port if isinstance(port, int) else 22)
             if key in seen:
                 first = seen[key]
+                shown = f"[{entry.address}]" if ":" in entry.address else entry.address
+                same = f" (the same address as {key[0]})" if key[0] != entry.address else ""
                 self.fail(("hosts", name, "address"),
-                          f"{f'[{entry.address}]' if ':' in entry.address else entry.address}:{key[1]} is also "
-                          f"used by host {first!r} (line "
+                          f"{shown}:{key[1]}{same} is also used by host {first!r} (line "
                           f"{self.loaded.line_of(('hosts', first))})", "give each host its own address or port")
             else:
                 seen[key] = name
@@ -317,11 +322,3 @@ def _connection(entry: HostEntry, ssh: Ssh) -> Connection:
         known_hosts=ssh.known_hosts,
         host_key_checking=ssh.host_key_checking,
     )
-
-
-def _address_key(address: str) -> str:
-    """An address in one spelling, so ``fd00::1`` and ``FD00:0:0::0001`` (or a name in any case) compare equal."""
-    try:
-        return ipaddress.ip_address(address).compressed
-    except ValueError:
-        return address.lower().rstrip(".")

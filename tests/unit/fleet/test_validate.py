@@ -59,8 +59,36 @@ MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "whitespace_only.yml": {"(document)": ("empty", "!syntax")},
     "document_marker_only.yml": {"(document)": ("empty", "!top level")},
     "deep_nesting.yml": {"(document)": ("64 levels", "limit", "!syntax")},
+    "address_credentials.yml": {
+        "hosts.gpu01.address": ("credentials", "`user:`", "SSH key", "!IPv6"),
+        "hosts.gpu02.address": ("URL", "`user:`", "`port:`", "!IPv6"),
+        "hosts.gpu03.user": ("user:password",),
+        "settings.proxy.http": ("http(s)",),
+        "settings.proxy.https": ("does not expand", "{env: NAME}"),
+        "ssh.become_password": ("not an environment variable name", "never its value"),
+    },
+    "address_forms.yml": {
+        "hosts.gpu01.address": ("host:port", "`port: 2222`", "!IPv6"),
+        "hosts.gpu02.address": ("user@host", "`user:`", "ssh.user"),
+        "hosts.gpu03.address": ("[address]:port", "`port: 2200`"),
+        "hosts.gpu04.address": ("host:port", "`port: 22`", "!RFC 1123"),
+        "hosts.gpu05.address": ("URL", "`port:`"),
+    },
+    "address_unusable.yml": {
+        "hosts.gpu01.address": ("unspecified", "SSH cannot connect"),
+        "hosts.gpu02.address": ("unspecified",),
+        "hosts.gpu03.address": ("broadcast",),
+        "hosts.gpu04.address": ("multicast",),
+        "hosts.gpu05.address": ("multicast",),
+        "hosts.gpu06.address": ("unspecified",),
+    },
+    "duplicate_ipv4_mapped.yml": {"hosts.gpu02.address": ("the same address as 10.0.0.11", "'gpu01'")},
+    "host_named_like_group.yml": {"hosts.a100": ("name of a group", "--limit a100", "rename")},
 }
-NEVER_PRINTED: dict[str, tuple[str, ...]] = {}
+#: credentials written into fields (address_credentials.yml) and the parts around them
+NEVER_PRINTED: dict[str, tuple[str, ...]] = {
+    "address_credentials.yml": ("s3cret", "hunter2", "toor", "pa55w0rd", "Tr0ub4dor", "admin:", "deploy"),
+}
 
 
 def test_there_are_enough_bad_files() -> None:
