@@ -41,10 +41,10 @@ _REQUIRED_AFTER_MERGE: tuple[tuple[Path_, str], ...] = (
 def load_fleet(path: Path, *, check_files: bool = False) -> Fleet:
     """Load, validate and resolve the fleet file at ``path``.
 
-    With ``check_files``, the files the fleet names on this controller (``ssh.key``, ``ssh.known_hosts``
-    while host-key checking is on, each host's ``key``) must also exist and be readable regular files
-    (:func:`local_file_problem`); off by default, so a fleet file renders and validates on a machine that
-    is not its controller (CI).
+    The files the fleet names on this controller (``ssh.key``, ``ssh.known_hosts`` while host-key checking is
+    on, each host's ``key``) must be absolute or ``~/`` paths; with ``check_files`` they must also exist and be
+    readable regular files (:func:`local_file_problem`); off by default, so a fleet file renders and validates
+    on a machine that is not its controller (CI).
 
     Raises :class:`~gpuprov.exceptions.FleetValidationError` listing every problem found (exit 2).
     """
@@ -137,8 +137,7 @@ class _Validator:
         fleet_ok = fleet_settings is not None or data.get("settings") is None
         groups = self.groups(data)
         hosts = self.hosts(data, groups)
-        if self.check_files:
-            self.local_files(ssh, hosts or {})
+        self.local_files(ssh, hosts or {})
         if not fleet_ok or groups is None or hosts is None:
             return None
         ssh = ssh or Ssh()  # a bad ssh section is already reported; keep checking the hosts
@@ -174,7 +173,9 @@ class _Validator:
                       "write `version: 1`")
 
     def local_files(self, ssh: Ssh | None, hosts: dict[str, HostEntry | None]) -> None:
-        """Report each controller file the fleet names that ssh could not use (see :func:`load_fleet`)."""
+        """Report each controller file the fleet names that ssh could not use: always a path ansible-playbook
+        cannot resolve (relative: it runs in gpuprov's run directory) or ssh cannot pass on (known_hosts with
+        whitespace); with ``check_files`` also a file missing on this machine (see :func:`load_fleet`)."""
         named: list[tuple[Path_, str, str]] = []
         if ssh is not None and ssh.key is not None:
             named.append((("ssh", "key"), ssh.key, "SSH private key"))
@@ -192,7 +193,7 @@ class _Validator:
                 self.fail(path, f"{what} {value!r} has whitespace, which ssh's UserKnownHostsFile reads as a list of "
                           "files", "use a path without spaces")
                 continue
-            problem = local_file_problem(value)
+            problem = local_file_problem(value) if self.check_files else None
             if problem is not None:
                 fix = ("correct the path to the private key the hosts authorize" if what.startswith("SSH")
                        else "correct the path, or record the hosts' keys in it (ssh-keyscan, then verify them)")
