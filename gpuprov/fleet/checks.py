@@ -19,6 +19,8 @@ from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
 
 _LONG_LIVED = ("ltsb", "production")
+#: DCGM version the monitoring role installs when the fleet names none (roles/monitoring/defaults/main.yml)
+DEFAULT_DCGM = "3.3.5"
 
 
 @dataclass
@@ -72,6 +74,7 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
     elif gpu.model != gpus["model"]:
         ctx.resolve(settings, ("gpus", "model"), gpu.model, f"{gpus['model']!r} is spelled {gpu.model} in the matrix")
     _check_method(ctx, settings, matrix)
+    _check_monitoring(ctx, settings)
     cuda_ok = _check_cuda(ctx, settings, matrix, gpu)
     branch = _resolve_branch(ctx, settings, matrix, gpu, cuda_ok)
     if branch is None or branch not in matrix.branches:
@@ -107,6 +110,23 @@ def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
         for key, fix in needs.items():
             if drv[key] is None:
                 ctx.fail(("driver", key), f"driver method runfile needs driver.{key}", fix, anchor=("driver", "method"))
+
+
+def _check_monitoring(ctx: HostCheck, s: dict[str, Any]) -> None:
+    """Case B22: dcgm-exporter ``<dcgm>-<exporter>`` must be built for the DCGM the host runs, or it restarts in a
+    loop with "API version mismatch" (the monitoring role refuses it too, but only once it runs on the host)."""
+    mon = s["monitoring"]
+    exporter, dcgm = mon["dcgm_exporter_version"], mon["dcgm_version"] or DEFAULT_DCGM
+    if exporter is None or exporter.split("-", maxsplit=1)[0] == dcgm:
+        return
+    built_for = exporter.split("-", maxsplit=1)[0]
+    configured = "monitoring.dcgm_version" if mon["dcgm_version"] else "the monitoring role's default, as " \
+        "monitoring.dcgm_version is not set"
+    ctx.fail(("monitoring", "dcgm_exporter_version"),
+             f"dcgm-exporter {exporter} is built for DCGM {built_for}, but the host runs DCGM {dcgm} ({configured}): "
+             'it would restart in a loop with "API version mismatch"',
+             f"upgrade both together: a {dcgm}-<exporter version> build here, or "
+             f'monitoring.dcgm_version: "{built_for}"')
 
 
 def _check_cuda(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None) -> bool:

@@ -293,6 +293,10 @@ Branch = Annotated[str, PlainValidator(_check_branch)]
 DriverVersion = Annotated[str, PlainValidator(_check_driver_version)]
 CudaVersion = Annotated[str, PlainValidator(_version(r"^\d{2}\.\d{1,2}(\.\d{1,3})?$", "CUDA version", "12.4"))]
 LibVersion = Annotated[str, PlainValidator(_version(r"^\d+\.\d+\.\d+(\.\d+)?$", "library version", "9.1.0"))]
+DcgmExporterVersion = Annotated[str, PlainValidator(_version(
+    r"^\d+(\.\d+)*-\d[\w.+~-]*$", "dcgm-exporter version (<dcgm version>-<exporter version>)", "3.3.5-3.4.1"))]
+"""dcgm-exporter's release name: the DCGM version it is built for, ``-``, its own version (the monitoring role's
+own check, roles/monitoring/tasks/assert.yml)."""
 Sha256 = Annotated[str, PlainValidator(_check_sha256)]
 Fingerprint = Annotated[str, PlainValidator(_check_fingerprint)]
 Name = Annotated[str, PlainValidator(_check_name)]

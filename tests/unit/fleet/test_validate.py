@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from gpuprov.exceptions import FleetValidationError
 from gpuprov.fleet import Fleet, load_fleet
+from gpuprov.fleet.checks import DEFAULT_DCGM
 from gpuprov.fleet.loader import load_text
 from gpuprov.fleet.validate import validate_loaded
 
@@ -84,6 +85,12 @@ MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "duplicate_ipv4_mapped.yml": {"hosts.gpu02.address": ("the same address as 10.0.0.11", "'gpu01'")},
     "host_named_like_group.yml": {"hosts.a100": ("name of a group", "--limit a100", "rename")},
+    "dcgm_exporter_mismatch.yml": {
+        "groups.hgx.settings.monitoring.dcgm_exporter_version": (
+            "host gpu01", "built for DCGM 3.3.5", "runs DCGM 3.3.7", "API version mismatch", "3.3.7-<exporter"),
+        "hosts.gpu03.settings.monitoring.dcgm_exporter_version": ("runs DCGM 3.3.5", "role's default"),
+        "hosts.gpu04.settings.monitoring.dcgm_exporter_version": ("<dcgm version>-<exporter version>",),
+    },
 }
 #: credentials written into fields (address_credentials.yml) and the parts around them
 NEVER_PRINTED: dict[str, tuple[str, ...]] = {
@@ -133,6 +140,11 @@ def test_good_files_validate(path: Path) -> None:
     for host in fleet.hosts.values():
         assert host.settings["driver"]["branch"] != "auto"
         assert host.settings["driver"]["flavour"] in ("open", "proprietary")
+
+
+def test_default_dcgm_is_the_monitoring_roles_default() -> None:
+    defaults = (EXAMPLE.parents[1] / "roles" / "monitoring" / "defaults" / "main.yml").read_text(encoding="utf-8")
+    assert f"gpuprov_monitoring_dcgm_version | default('{DEFAULT_DCGM}', true)" in defaults
 
 
 def _fleet(text: str) -> Fleet:
