@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.merge import origin_of
+from gpuprov.fleet.mig import LayoutFit, check_mig
 from gpuprov.fleet.model import Resolution
 from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
@@ -35,6 +36,7 @@ class HostCheck:
     problems: list[Problem] = field(default_factory=list)
     resolutions: list[Resolution] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    mig_fits: list[LayoutFit] = field(default_factory=list)
 
     def _where(self, sub: Path_) -> tuple[Path_, int]:
         origin = origin_of(self.origins, sub)
@@ -319,23 +321,7 @@ def _check_hardware(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel)
                      f"method {method} cannot install on {os_name}", "use method cuda-repo")
         elif gpu.architecture == "blackwell":
             ctx.notes.append("NVLink 5 (Blackwell) systems also need the NVLink Subnet Manager (nvlsm)")
-    layout = s["mig"]["layout"]
-    if layout is not None and not gpu.mig:
-        capable = ", ".join(g.model for g in m.gpus.values() if g.mig)
-        ctx.fail(("mig", "layout"), f"{gpu.model} does not support MIG", f"remove mig.layout (MIG GPUs: {capable})")
-    elif layout is not None and layout not in s["mig"]["layouts"]:
-        ctx.fail(("mig", "layout"), f"MIG layout {layout!r} is not defined in mig.layouts",
-                 suggest_fix(layout, sorted(s["mig"]["layouts"]), "a layout defined in mig.layouts"))
-    elif layout is not None:
-        for i, entry in enumerate(s["mig"]["layouts"][layout]):
-            where = ("mig", "layouts", layout, i)
-            devices = entry["devices"]
-            if isinstance(devices, list) and any(index >= count for index in devices):
-                ctx.fail((*where, "devices"), f"GPU index {max(devices)} does not exist on a host with {count} GPUs",
-                         f"use indexes 0 to {count - 1}, or all")
-            if not entry["mig_enabled"] and entry["mig_devices"]:
-                ctx.fail((*where, "mig_devices"), "MIG devices are listed for GPUs with mig_enabled: false",
-                         "set mig_enabled: true, or remove mig_devices")
+    check_mig(ctx, s, m, gpu)
     workers = s["image_workers"]["gpus"]
     if isinstance(workers, list) and any(index >= count for index in workers):
         ctx.fail(("image_workers", "gpus"), f"GPU index {max(workers)} does not exist on a host with {count} GPUs",

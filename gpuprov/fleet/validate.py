@@ -23,6 +23,7 @@ from gpuprov.fleet.checks import HostCheck, check_host
 from gpuprov.fleet.errors import describe, problems_from, suggest_fix
 from gpuprov.fleet.loader import LoadedYaml, load_yaml
 from gpuprov.fleet.merge import Layer, merge_layers, origin_of
+from gpuprov.fleet.mig import LayoutFit, unused_layout_problems
 from gpuprov.fleet.model import Connection, Fleet, Host
 from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.fleet.schema import TOP_LEVEL, Group, HostEntry, Settings, Ssh
@@ -79,6 +80,7 @@ class _Validator:
         self.matrix = matrix
         self.check_files = check_files
         self.problems: list[Problem] = []  # the loader's problems are added by validate_loaded
+        self.mig_fits: list[LayoutFit] = []
 
     # -- helpers ------------------------------------------------------------------------------------
     def fail(self, path: Path_, problem: str, fix: str, line: int | None = None) -> None:
@@ -156,6 +158,7 @@ class _Validator:
             host = self.host(fleet, host_name, entry, ssh)
             if host is not None:
                 fleet.hosts[host_name] = host
+        self.problems.extend(unused_layout_problems(self.mig_fits, self.file, self.loaded.line_of))
         return fleet
 
     def version(self, version: object) -> None:
@@ -280,6 +283,7 @@ class _Validator:
         ctx = HostCheck(name, self.file, host_line, origins, self.loaded.line_of)
         check_host(ctx, settings, self.matrix)
         self.problems.extend(ctx.problems)
+        self.mig_fits.extend(ctx.mig_fits)
         return Host(
             name=name,
             line=host_line,

@@ -91,6 +91,20 @@ MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "hosts.gpu03.settings.monitoring.dcgm_exporter_version": ("runs DCGM 3.3.5", "role's default"),
         "hosts.gpu04.settings.monitoring.dcgm_exporter_version": ("<dcgm version>-<exporter version>",),
     },
+    "mig_profile_of_another_model.yml": {
+        "settings.mig.layouts.split[0].mig_devices.3g.40gb": (
+            "not one of A100-SXM4-40GB's", "A100-SXM4-80GB", "3g profile of A100-SXM4-40GB: 3g.20gb"),
+        "hosts.gpu02.settings.mig.layouts.x[0].mig_devices.1g.20gb": ("1g.5gb, 1g.5gb+me, 1g.10gb",),
+    },
+    "mig_layout_too_big.yml": {
+        "groups.h100.settings.mig.layouts.twice[0].mig_devices": ("host gpu01", "14 compute slices", "has 7"),
+        "groups.h100.settings.mig.layouts.mem[0].mig_devices": ("9 memory slices", "has 8"),
+        "groups.h100.settings.mig.layouts.media[0].mig_devices.1g.10gb+me": ("at most 1",),
+    },
+    "mig_unknown_profile.yml": {
+        "settings.mig.layouts.all-1g[0].mig_devices.1g.11gb": ("unknown MIG profile", "did you mean '1g.18gb'"),
+        "settings.mig.layouts.spare": ("fits none", "H200: MIG profile '1g.10gb' is not one of H200's"),
+    },
 }
 #: credentials written into fields (address_credentials.yml) and the parts around them
 NEVER_PRINTED: dict[str, tuple[str, ...]] = {
@@ -140,6 +154,44 @@ def test_good_files_validate(path: Path) -> None:
     for host in fleet.hosts.values():
         assert host.settings["driver"]["branch"] != "auto"
         assert host.settings["driver"]["flavour"] in ("open", "proprietary")
+
+
+MIG_FLEET = """version: 1
+settings:
+  os: ubuntu2204
+  gpus: {model: %s, count: 8}
+  mig:
+    layouts:
+      a100-40: [{devices: all, mig_devices: {"1g.10gb": 2, "3g.20gb": 1}}]
+      a100-80: [{devices: all, mig_devices: {"1g.10gb": 7}}]
+      mixed: [{devices: all, mig_devices: {"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}}]
+hosts:
+  gpu01: {address: 10.0.0.11%s}
+  gpu02: {address: 10.0.0.12, settings: {gpus: {model: A100-SXM4-40GB}}}
+"""
+
+
+@pytest.mark.parametrize(("model", "extra"), [("A100-SXM4-80GB", ", settings: {mig: {layout: mixed}}"),
+                                              ("H100-SXM5-80GB", ", settings: {mig: {layout: a100-80}}")])
+def test_layouts_for_several_models_in_one_fleet_are_fine(model: str, extra: str) -> None:
+    """Each defined layout needs to fit one GPU model of the hosts that have it, the used one its host's."""
+    assert len(_fleet(MIG_FLEET % (model, extra)).hosts) == 2
+
+
+def test_a_layout_no_mig_host_could_apply_is_refused() -> None:
+    """gpu01 is a T4 (no MIG), so only gpu02's A100-SXM4-40GB could apply the layouts: two of them do not fit it."""
+    with pytest.raises(FleetValidationError) as info:
+        _fleet(MIG_FLEET % ("T4", ""))
+    got = {p.path: p.problem for p in info.value.problems}
+    assert set(got) == {"settings.mig.layouts.a100-80", "settings.mig.layouts.mixed"}
+    assert "7 x 1g.10gb: at most 4 fit one A100-SXM4-40GB" in got["settings.mig.layouts.a100-80"]
+
+
+def test_a_used_layout_must_fit_its_host_even_if_it_fits_another() -> None:
+    with pytest.raises(FleetValidationError) as info:
+        _fleet(MIG_FLEET % ("A100-SXM4-80GB", ", settings: {mig: {layout: a100-40}}"))
+    [problem] = info.value.problems
+    assert problem.path == "settings.mig.layouts.a100-40[0].mig_devices.3g.20gb" and "host gpu01" in problem.problem
 
 
 def test_default_dcgm_is_the_monitoring_roles_default() -> None:
