@@ -43,14 +43,13 @@ from debian.debian_support import Version, version_compare
 from gpuprov.aptsign import key_fingerprint, release_text, sign
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, GpuprovError
 from gpuprov.fleet import Fleet
+from gpuprov.fleet.checks import DEFAULT_DCGM
 from gpuprov.fleet.problem import redact_credentials
 
 log = logging.getLogger(__name__)
 
 #: Where NVIDIA publishes the CUDA repository (roles/nvidia_driver/vars/main.yml __nvidia_driver_cuda_url_default).
 NVIDIA_CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
-#: DCGM version the monitoring role installs when the fleet names none (roles/monitoring/defaults/main.yml).
-DEFAULT_DCGM = "3.3.5"
 #: The container toolkit packages and version of roles/container_toolkit/defaults/main.yml.
 CONTAINER_TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
                      "libnvidia-container1")

@@ -1,9 +1,9 @@
 """NVIDIA compatibility matrix: typed, cached queries over ``gpuprov/data/matrix.yml``.
 
-The numbers live in the YAML file, one row per CUDA toolkit, cuDNN release, NCCL release, GPU model,
-driver branch and OS, each citing the NVIDIA page it comes from (``source``) and whether it was checked
-against that page (``verified``). :func:`load_matrix` parses the file once per process (cached), so
-validating a 100-host fleet costs one parse.
+The numbers live in the YAML file, one row per CUDA toolkit, cuDNN release, NCCL release, GPU model, driver
+branch, OS and MIG profile table (:mod:`gpuprov.mig_profiles`), each citing the NVIDIA page it comes from
+(``source``) and whether it was checked against that page (``verified``). :func:`load_matrix` parses the
+file once per process (cached), so validating a 100-host fleet costs one parse.
 
 Versions are strings: drivers ``"550.54.14"`` (branch ``"550"``), CUDA ``"12.4"``; cuDNN and NCCL rows
 match a requested version on ``major.minor``. Malformed data raises :class:`MatrixError`.
@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from gpuprov.exceptions import GpuprovError
+from gpuprov.mig_profiles import MigGeometry, mig_geometries
 
 OpenModules = Literal["unsupported", "supported", "required"]
 INSTALL_METHODS = ("cuda-repo", "distro", "ubuntu-drivers", "runfile")
@@ -159,6 +160,7 @@ class Matrix:
     nccl: dict[str, NcclRelease]
     gpus: dict[str, GpuModel]
     os: dict[str, OsEntry]
+    mig: dict[str, MigGeometry]
     raw: dict[str, Any] = field(repr=False, compare=False)
     _gpu_keys: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
 
@@ -182,6 +184,11 @@ class Matrix:
             return self.gpus[exact]
         prefixes = [k for k in self._gpu_keys if key.startswith(k)]
         return self.gpus[self._gpu_keys[max(prefixes, key=len)]] if prefixes else None
+
+    def mig_geometry(self, model: str) -> MigGeometry | None:
+        """The MIG profiles of GPU ``model`` (spelling-tolerant), or None for a model without MIG."""
+        gpu = self.gpu(model)
+        return self.mig.get(gpu.model) if gpu else None
 
     def cuda_release(self, version: str) -> CudaRelease | None:
         """The CUDA row for ``version`` (matched on major.minor), or None."""
@@ -323,6 +330,7 @@ def _build(raw: dict[str, Any]) -> Matrix:
         for name, row in raw["os"].items()
     }
     return Matrix(
+        mig=mig_geometries(raw["mig"], {g.model for g in gpus.values() if g.mig}),
         minor_compat_floor={str(k): str(v) for k, v in raw["minor_compat_floor"].items()},
         branches={
             row["branch"]: DriverBranch(row["branch"], row["kind"], bool(row["verified"]), row["source"])
@@ -357,3 +365,4 @@ def _build(raw: dict[str, Any]) -> Matrix:
         raw=raw,
         _gpu_keys={model_key(name): name for name in gpus},
     )
+

@@ -14,7 +14,7 @@ from rich.table import Table
 from gpuprov.cli import output
 from gpuprov.matrix import Matrix, load_matrix
 
-SECTIONS = ("cuda", "cudnn", "nccl", "gpus", "os", "driver_branches")
+SECTIONS = ("cuda", "cudnn", "nccl", "gpus", "os", "driver_branches", "mig")
 
 
 def _yes(flag: bool) -> str:
@@ -74,6 +74,16 @@ def tables(m: Matrix, sections: tuple[str, ...]) -> list[Table]:
                 "yes" if number >= int(m.open_first_branch) else "no")
             t.add_row(branch.branch, branch.kind, open_modules, _yes(branch.verified))
         out.append(t)
+    if "mig" in sections:
+        t = Table(title="MIG profiles: compute slices / memory slices, most instances per GPU", title_justify="left")
+        for col in ("models", "slices", "profiles", "verified"):
+            t.add_column(col)
+        for row in m.raw["mig"]:
+            geometry = m.mig[row["models"][0]]
+            profiles = ", ".join(f"{p.name} {p.compute}/{p.memory} x{p.most}" for p in geometry.profiles.values())
+            t.add_row(", ".join(geometry.models), f"{geometry.compute_slices}/{geometry.memory_slices}", profiles,
+                      _yes(geometry.verified))
+        out.append(t)
     return out
 
 
@@ -82,7 +92,7 @@ def tables(m: Matrix, sections: tuple[str, ...]) -> list[Table]:
 @click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
               help="Only this section (repeatable).")
 def command(as_json: bool, sections: tuple[str, ...]) -> None:
-    """Print the CUDA / driver / cuDNN / NCCL / GPU / OS compatibility matrix with its sources."""
+    """Print the CUDA / driver / cuDNN / NCCL / GPU / OS compatibility matrix and the MIG profiles, with sources."""
     m = load_matrix()
     chosen = sections or SECTIONS
     if as_json:

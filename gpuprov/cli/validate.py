@@ -68,12 +68,13 @@ def report_problems(exc: FleetValidationError, display: str) -> ConfigError:
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the file is valid.")
 @click.option("--no-file-checks", is_flag=True,
               help="Skip the check that the SSH key and known_hosts files the fleet names exist on this machine "
-                   "(CI, or any machine that is not the controller).")
+                   "(CI, or any machine that is not the controller); their paths must still be absolute or ~/.")
 def command(fleet_file: Path, quiet: bool, no_file_checks: bool) -> None:
     """Validate the fleet FILE and report every problem at once (exit 2), or a summary (exit 0).
 
     Besides the schema and the compatibility matrix, the SSH private keys and the known_hosts file the fleet
-    names must exist on this machine, unless --no-file-checks.
+    names must exist on this machine, unless --no-file-checks (which keeps the rule that their paths are
+    absolute or start with ~/).
     """
     try:
         fleet = load_fleet(fleet_file, check_files=not no_file_checks)

@@ -14,11 +14,14 @@ from typing import Any
 
 from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.merge import origin_of
+from gpuprov.fleet.mig import LayoutFit, check_mig
 from gpuprov.fleet.model import Resolution
 from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
 
 _LONG_LIVED = ("ltsb", "production")
+#: DCGM version the monitoring role installs when the fleet names none (roles/monitoring/defaults/main.yml)
+DEFAULT_DCGM = "3.3.5"
 
 
 @dataclass
@@ -33,6 +36,7 @@ class HostCheck:
     problems: list[Problem] = field(default_factory=list)
     resolutions: list[Resolution] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    mig_fits: list[LayoutFit] = field(default_factory=list)
 
     def _where(self, sub: Path_) -> tuple[Path_, int]:
         origin = origin_of(self.origins, sub)
@@ -72,6 +76,7 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
     elif gpu.model != gpus["model"]:
         ctx.resolve(settings, ("gpus", "model"), gpu.model, f"{gpus['model']!r} is spelled {gpu.model} in the matrix")
     _check_method(ctx, settings, matrix)
+    _check_monitoring(ctx, settings)
     cuda_ok = _check_cuda(ctx, settings, matrix, gpu)
     branch = _resolve_branch(ctx, settings, matrix, gpu, cuda_ok)
     if branch is None or branch not in matrix.branches:
@@ -107,6 +112,23 @@ def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
         for key, fix in needs.items():
             if drv[key] is None:
                 ctx.fail(("driver", key), f"driver method runfile needs driver.{key}", fix, anchor=("driver", "method"))
+
+
+def _check_monitoring(ctx: HostCheck, s: dict[str, Any]) -> None:
+    """Case B22: dcgm-exporter ``<dcgm>-<exporter>`` must be built for the DCGM the host runs, or it restarts in a
+    loop with "API version mismatch" (the monitoring role refuses it too, but only once it runs on the host)."""
+    mon = s["monitoring"]
+    exporter, dcgm = mon["dcgm_exporter_version"], mon["dcgm_version"] or DEFAULT_DCGM
+    if exporter is None or exporter.split("-", maxsplit=1)[0] == dcgm:
+        return
+    built_for = exporter.split("-", maxsplit=1)[0]
+    configured = "monitoring.dcgm_version" if mon["dcgm_version"] else "the monitoring role's default, as " \
+        "monitoring.dcgm_version is not set"
+    ctx.fail(("monitoring", "dcgm_exporter_version"),
+             f"dcgm-exporter {exporter} is built for DCGM {built_for}, but the host runs DCGM {dcgm} ({configured}): "
+             'it would restart in a loop with "API version mismatch"',
+             f"upgrade both together: a {dcgm}-<exporter version> build here, or "
+             f'monitoring.dcgm_version: "{built_for}"')
 
 
 def _check_cuda(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None) -> bool:
@@ -299,23 +321,7 @@ def _check_hardware(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel)
                      f"method {method} cannot install on {os_name}", "use method cuda-repo")
         elif gpu.architecture == "blackwell":
             ctx.notes.append("NVLink 5 (Blackwell) systems also need the NVLink Subnet Manager (nvlsm)")
-    layout = s["mig"]["layout"]
-    if layout is not None and not gpu.mig:
-        capable = ", ".join(g.model for g in m.gpus.values() if g.mig)
-        ctx.fail(("mig", "layout"), f"{gpu.model} does not support MIG", f"remove mig.layout (MIG GPUs: {capable})")
-    elif layout is not None and layout not in s["mig"]["layouts"]:
-        ctx.fail(("mig", "layout"), f"MIG layout {layout!r} is not defined in mig.layouts",
-                 suggest_fix(layout, sorted(s["mig"]["layouts"]), "a layout defined in mig.layouts"))
-    elif layout is not None:
-        for i, entry in enumerate(s["mig"]["layouts"][layout]):
-            where = ("mig", "layouts", layout, i)
-            devices = entry["devices"]
-            if isinstance(devices, list) and any(index >= count for index in devices):
-                ctx.fail((*where, "devices"), f"GPU index {max(devices)} does not exist on a host with {count} GPUs",
-                         f"use indexes 0 to {count - 1}, or all")
-            if not entry["mig_enabled"] and entry["mig_devices"]:
-                ctx.fail((*where, "mig_devices"), "MIG devices are listed for GPUs with mig_enabled: false",
-                         "set mig_enabled: true, or remove mig_devices")
+    check_mig(ctx, s, m, gpu)
     workers = s["image_workers"]["gpus"]
     if isinstance(workers, list) and any(index >= count for index in workers):
         ctx.fail(("image_workers", "gpus"), f"GPU index {max(workers)} does not exist on a host with {count} GPUs",

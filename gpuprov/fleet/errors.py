@@ -95,6 +95,8 @@ def _explain(err: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
         return f"{describe(value)} is not a valid choice", suggest_fix(value, choices)
     if kind in _KIND:
         want = _KIND[kind]
+        if want == "a whole number" and isinstance(value, float):
+            return f"expected {want}, got {describe(value)}", "write it without a decimal point"
         return f"expected {want}, got {describe(value)}", _FIX[want]
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         bound = next(iter(ctx.values()), "?")

@@ -13,12 +13,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuprov.fleet.addresses import Address
 from gpuprov.fleet.types import (
-    Address,
     AllOrIndexes,
     AutoOrPositive,
     Branch,
     CudaVersion,
+    DcgmExporterVersion,
     DriverVersion,
     FilePath,
     FindingId,
@@ -101,7 +102,7 @@ class Monitoring(Strict):
     enabled: bool = True
     dcgm_version: LibVersion | None = None
     dcgm_exporter_image: Name | None = None
-    dcgm_exporter_version: Name | None = None  # "<dcgm>-<exporter>", e.g. 3.3.5-3.4.1 (case B22)
+    dcgm_exporter_version: DcgmExporterVersion | None = None  # "<dcgm>-<exporter>", e.g. 3.3.5-3.4.1 (case B22)
     dcgm_exporter_url: UrlOrEnv | None = None
     dcgm_exporter_sha256: Sha256 | None = None
     node_exporter: bool = True

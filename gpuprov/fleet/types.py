@@ -6,7 +6,6 @@ Validators raise :class:`pydantic_core.PydanticCustomError` of type ``gpuprov`` 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from functools import cache
 from typing import Annotated, Any
@@ -18,7 +17,6 @@ from pydantic_core import PydanticCustomError
 from gpuprov.fleet.errors import suggest_fix
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _GROUP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -34,22 +32,32 @@ def fail(problem: str, fix: str) -> PydanticCustomError:
 
 
 def _type_name(value: object) -> str:
-    return {dict: "mapping", list: "list", bool: "boolean", int: "number", float: "number", str: "string"}.get(
-        type(value), type(value).__name__
-    )
+    for kind, name in ((bool, "boolean"), (dict, "mapping"), (list, "list"), (int, "number"), (float, "number"),
+                       (str, "string")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
-def _require_str(value: object, what: str, example: str) -> str:
+def require_str(value: object, what: str, example: str) -> str:
+    """``value`` if it is a string, else a ``fail`` error saying how to write it (numbers: :func:`quote_fix`)."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or value is None:
         raise fail(f"expected {what}, got {_type_name(value)} {value!r}", f"write it as a string, e.g. {example}")
     if isinstance(value, int | float):
-        raise fail(
-            f"expected {what} as a quoted string, got the number {value!r}",
-            f'quote it: "{value}" (YAML reads 12.10 as 12.1)',
-        )
+        raise fail(f"expected {what} as a quoted string, got the number {value!r}", quote_fix(value))
     raise fail(f"expected {what}, got a {_type_name(value)}", f"write it as a string, e.g. {example}")
+
+
+def quote_fix(value: int | float) -> str:
+    """How to quote a number where a string is meant: ``quote it: "12.4"``, or for a float that YAML read as
+    another number than written (the loader's :class:`~gpuprov.fleet.loader.WrittenFloat`: ``9.10`` is 9.1)
+    ``quote it as written: "9.10"`` and why."""
+    written, read = str(value), repr(float(value)) if isinstance(value, float) else str(value)
+    if written != read:
+        return f'quote it as written: "{written}" (unquoted, YAML reads {written} as the number {read})'
+    return f'quote it: "{written}"'
 
 
 #: a value taken from the controller's environment at run time, ``{"env": NAME}``; never stored
@@ -66,33 +74,41 @@ def _env_ref(value: object) -> EnvRef:
         name = value["env"]
         if isinstance(name, str) and _ENV_NAME.match(name):
             return {"env": name}
-        raise fail(f"{name!r} is not an environment variable name",
-                   "use letters, digits and _, e.g. {env: PROXY_URL}")
+        # not quoted: what stands here is sometimes the secret itself instead of the variable's name
+        raise fail("not an environment variable name (the value is not shown)",
+                   "give the variable's name in letters, digits and _, e.g. {env: PROXY_URL}, never its value")
     raise fail(
         f"expected an environment reference {{env: NAME}}, got {_type_name(value)}",
         "write it as {env: NAME} and export NAME before running gpuprov",
     )
 
 
+#: ``$NAME``, ``${NAME}``, ``%NAME%``: a shell's or Windows' way to name a variable, which gpuprov does not expand
+_ENV_LIKE = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%)$")
+_ENV_FIX = "write {env: NAME} (the variable's name, no $) and export NAME before running gpuprov"
+
+
 def _secret(value: object) -> EnvRef:
     if isinstance(value, str):
-        raise fail(
-            "a literal credential is not allowed in the fleet file",
-            "use {env: NAME} and export NAME before running gpuprov",
-        )
+        if _ENV_LIKE.match(value):
+            raise fail("gpuprov does not expand $NAME or %NAME% in the fleet file", _ENV_FIX)
+        raise fail("a literal credential is not allowed in the fleet file", _ENV_FIX)
     return _env_ref(value)
 
 
 def check_url(value: object) -> str:
-    """An http(s) URL with a host and no embedded credentials."""
-    text = _require_str(value, "a URL", '"http://proxy.example.com:3128"')
+    """An http(s) URL with a host and no embedded credentials. A rejected URL is not quoted: it may hold
+    ``user:password@``."""
+    text = require_str(value, "a URL", '"http://proxy.example.com:3128"')
+    if _ENV_LIKE.match(text):
+        raise fail("gpuprov does not expand $NAME or %NAME% in the fleet file", _ENV_FIX)
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise fail(f"{text!r} is not a valid URL", "write scheme://host[:port][/path]") from None
+        raise fail("not a valid URL (the value is not shown)", "write scheme://host[:port][/path]") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise fail(f"{text!r} is not an http(s) URL", "write http://host[:port][/path] or https://...")
+        raise fail("not an http(s) URL (the value is not shown)", "write http://host[:port][/path] or https://...")
     if parts.username is not None or parts.password is not None:
         raise fail(
             "the URL contains credentials (user:password@)",
@@ -107,35 +123,10 @@ def _url_or_env(value: object) -> str | EnvRef:
     return check_url(value)
 
 
-def _check_address(value: object) -> str:
-    text = _require_str(value, "an IP address or DNS name", "10.0.0.11 or gpu01.example.com")
-    if text.startswith("[") and text.endswith("]"):
-        raise fail(f"{text!r} has brackets", f"write the IPv6 address without brackets: {text[1:-1]}")
-    if ":" in text:
-        try:
-            ipaddress.IPv6Address(text)
-        except ValueError:
-            raise fail(f"{text!r} is not a valid IPv6 address", "check the address; put a port in `port:`") from None
-        return text
-    labels = text.rstrip(".").split(".")
-    if all(label.isdigit() for label in labels):
-        try:
-            ipaddress.IPv4Address(text)
-        except ValueError:
-            raise fail(f"{text!r} is not a valid IPv4 address", "use four numbers 0-255, e.g. 10.0.0.11") from None
-        return text
-    if len(text) > 253 or not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
-        raise fail(
-            f"{text!r} is not a valid host name (RFC 1123)",
-            "use letters, digits and - in dot-separated labels of at most 63 characters",
-        )
-    return text
-
-
 def _check_port(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.isdigit():
-            raise fail(f"expected a port number, got the string {value!r}", f"write it without quotes: {value}")
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            raise fail(f"expected a port number, got the string {value!r}", f"write it without quotes: {int(value)}")
         raise fail(f"expected a port number, got {_type_name(value)} {value!r}", "write a number 1-65535, e.g. 22")
     if not 1 <= value <= 65535:
         raise fail(f"port {value} is out of range", "use a port number from 1 to 65535")
@@ -148,7 +139,7 @@ RESERVED_HOSTS = RESERVED_GROUPS | {"localhost"}
 
 
 def check_host_name(value: object) -> str:
-    text = _require_str(value, "a host name", "gpu01")
+    text = require_str(value, "a host name", "gpu01")
     if not _HOST_NAME.match(text):
         raise fail(f"{text!r} is not a valid inventory host name", "use letters, digits, _, . and -")
     if text in RESERVED_HOSTS:
@@ -158,7 +149,7 @@ def check_host_name(value: object) -> str:
 
 
 def check_group_name(value: object) -> str:
-    text = _require_str(value, "a group name", "a100")
+    text = require_str(value, "a group name", "a100")
     if not _GROUP_NAME.match(text):
         raise fail(f"{text!r} is not a valid group name",
                    "use lower-case letters, digits and _, starting with a letter")
@@ -171,7 +162,7 @@ def _version(pattern: str, what: str, example: str) -> Any:
     regex = re.compile(pattern)
 
     def check(value: object) -> str:
-        text = _require_str(value, what, f'"{example}"')
+        text = require_str(value, what, f'"{example}"')
         if not regex.match(text):
             raise fail(f"{text!r} is not a valid {what}", f'write it like "{example}"')
         return text
@@ -182,28 +173,33 @@ def _version(pattern: str, what: str, example: str) -> Any:
 def _check_branch(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    text = _require_str(value, "a driver branch", '"580"')
+    if isinstance(value, float):  # 580.0: a branch is the driver version's first number, not a decimal
+        whole = value.is_integer() and 100 <= value < 1000
+        raise fail(f"expected a driver branch as a quoted string, got the number {value!r}",
+                   f'write the branch as its three digits: "{int(value)}"' if whole
+                   else 'write three digits like "580", or auto')
+    text = require_str(value, "a driver branch", '"580"')
     if text != "auto" and not re.fullmatch(r"\d{3}", text):
         raise fail(f"{text!r} is not a driver branch", 'write three digits like "580", or auto')
     return text
 
 
 def _check_driver_version(value: object) -> str:
-    text = _require_str(value, "a driver version", '"580.95.05"')
+    text = require_str(value, "a driver version", '"580.95.05"')
     if not _DRIVER_VERSION.match(text):
         raise fail(f"{text!r} is not a driver version", 'write it like "580.95.05"')
     return text
 
 
 def _check_sha256(value: object) -> str:
-    text = _require_str(value, "a SHA-256 checksum", "64 hex digits")
+    text = require_str(value, "a SHA-256 checksum", "64 hex digits")
     if not _SHA256.match(text):
         raise fail("not a SHA-256 checksum", "give the 64 hex digits from `sha256sum` of the runfile")
     return text.lower()
 
 
 def _check_fingerprint(value: object) -> str:
-    text = _require_str(value, "a key fingerprint", "40 hex digits")
+    text = require_str(value, "a key fingerprint", "40 hex digits")
     normal = text.replace(" ", "").upper()
     if not _FINGERPRINT.match(normal):
         raise fail("not an OpenPGP key fingerprint", "give the 40 hex digits from `gpg --show-keys <key>`")
@@ -237,14 +233,14 @@ def _auto_or_positive(value: object) -> str | int:
 
 
 def _check_name(value: object) -> str:
-    text = _require_str(value, "a name", "default")
+    text = require_str(value, "a name", "default")
     if not text.strip():
         raise fail("the value is empty", "give a non-empty string")
     return text
 
 
 def _check_path(value: object) -> str:
-    text = _require_str(value, "a file path", "~/.ssh/id_ed25519")
+    text = require_str(value, "a file path", "~/.ssh/id_ed25519")
     if not text.strip() or "\n" in text:
         raise fail("not a usable file path", "give a path such as ~/.ssh/id_ed25519")
     return text
@@ -269,7 +265,7 @@ def finding_ids() -> tuple[str, ...]:
 
 
 def _check_finding_id(value: object) -> str:
-    text = _require_str(value, "a bios_check finding id", "acs_redirect")
+    text = require_str(value, "a bios_check finding id", "acs_redirect")
     known = finding_ids()
     if text not in known:
         raise fail(f"unknown bios_check finding {text!r}",
@@ -278,16 +274,18 @@ def _check_finding_id(value: object) -> str:
 
 
 def _check_user(value: object) -> str:
-    text = _require_str(value, "a user name", "admin")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", text):
-        raise fail(f"{text!r} is not a valid user name", "use letters, digits, _, . and -")
-    return text
+    text = require_str(value, "a user name", "admin")
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", text):
+        return text
+    if ":" in text or "@" in text:  # user:password or user@host: not quoted
+        raise fail("a user name with `:` or `@` (user:password or user@host?); the value is not shown",
+                   "write only the login name; the host goes in address, and a password never in the fleet file")
+    raise fail("not a valid user name (the value is not shown)", "use letters, digits, _, . and -")
 
 
 Url = Annotated[str, PlainValidator(check_url)]
 UrlOrEnv = Annotated[str | EnvRef, PlainValidator(_url_or_env)]
 Secret = Annotated[EnvRef, PlainValidator(_secret)]
-Address = Annotated[str, PlainValidator(_check_address)]
 Port = Annotated[int, PlainValidator(_check_port)]
 HostName = Annotated[str, PlainValidator(check_host_name)]
 GroupName = Annotated[str, PlainValidator(check_group_name)]
@@ -295,6 +293,10 @@ Branch = Annotated[str, PlainValidator(_check_branch)]
 DriverVersion = Annotated[str, PlainValidator(_check_driver_version)]
 CudaVersion = Annotated[str, PlainValidator(_version(r"^\d{2}\.\d{1,2}(\.\d{1,3})?$", "CUDA version", "12.4"))]
 LibVersion = Annotated[str, PlainValidator(_version(r"^\d+\.\d+\.\d+(\.\d+)?$", "library version", "9.1.0"))]
+DcgmExporterVersion = Annotated[str, PlainValidator(_version(
+    r"^\d+(\.\d+)*-\d[\w.+~-]*$", "dcgm-exporter version (<dcgm version>-<exporter version>)", "3.3.5-3.4.1"))]
+"""dcgm-exporter's release name: the DCGM version it is built for, ``-``, its own version (the monitoring role's
+own check, roles/monitoring/tasks/assert.yml)."""
 Sha256 = Annotated[str, PlainValidator(_check_sha256)]
 Fingerprint = Annotated[str, PlainValidator(_check_fingerprint)]
 Name = Annotated[str, PlainValidator(_check_name)]

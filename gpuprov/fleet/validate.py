@@ -8,7 +8,6 @@ together as one :class:`~gpuprov.exceptions.FleetValidationError`, sorted by lin
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from collections.abc import Callable
@@ -19,10 +18,12 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from gpuprov.exceptions import FleetValidationError
+from gpuprov.fleet.addresses import address_key
 from gpuprov.fleet.checks import HostCheck, check_host
 from gpuprov.fleet.errors import describe, problems_from, suggest_fix
 from gpuprov.fleet.loader import LoadedYaml, load_yaml
 from gpuprov.fleet.merge import Layer, merge_layers, origin_of
+from gpuprov.fleet.mig import LayoutFit, unused_layout_problems
 from gpuprov.fleet.model import Connection, Fleet, Host
 from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.fleet.schema import TOP_LEVEL, Group, HostEntry, Settings, Ssh
@@ -41,10 +42,10 @@ _REQUIRED_AFTER_MERGE: tuple[tuple[Path_, str], ...] = (
 def load_fleet(path: Path, *, check_files: bool = False) -> Fleet:
     """Load, validate and resolve the fleet file at ``path``.
 
-    With ``check_files``, the files the fleet names on this controller (``ssh.key``, ``ssh.known_hosts``
-    while host-key checking is on, each host's ``key``) must also exist and be readable regular files
-    (:func:`local_file_problem`); off by default, so a fleet file renders and validates on a machine that
-    is not its controller (CI).
+    The files the fleet names on this controller (``ssh.key``, ``ssh.known_hosts`` while host-key checking is
+    on, each host's ``key``) must be absolute or ``~/`` paths; with ``check_files`` they must also exist and be
+    readable regular files (:func:`local_file_problem`); off by default, so a fleet file renders and validates
+    on a machine that is not its controller (CI).
 
     Raises :class:`~gpuprov.exceptions.FleetValidationError` listing every problem found (exit 2).
     """
@@ -57,8 +58,11 @@ def validate_loaded(loaded: LoadedYaml, source: Path, *, check_files: bool = Fal
     :func:`load_fleet`."""
     validator = _Validator(loaded, load_matrix(), check_files=check_files)
     fleet = validator.run(source)
-    if validator.problems:
-        ordered: list[Problem] = sorted(validator.problems, key=_order)
+    # a value written in a non-decimal number form is reported once, by the loader
+    written = {format_path(path) for path in loaded.number_forms}
+    problems = [*loaded.problems, *(p for p in validator.problems if p.path not in written)]
+    if problems:
+        ordered: list[Problem] = sorted(problems, key=_order)
         raise FleetValidationError(list[object](ordered))
     assert fleet is not None
     log.debug("fleet %s: %d hosts, %d groups", source, len(fleet.hosts), len(fleet.groups))
@@ -75,7 +79,8 @@ class _Validator:
         self.file = loaded.file
         self.matrix = matrix
         self.check_files = check_files
-        self.problems: list[Problem] = list(loaded.problems)
+        self.problems: list[Problem] = []  # the loader's problems are added by validate_loaded
+        self.mig_fits: list[LayoutFit] = []
 
     # -- helpers ------------------------------------------------------------------------------------
     def fail(self, path: Path_, problem: str, fix: str, line: int | None = None) -> None:
@@ -134,8 +139,7 @@ class _Validator:
         fleet_ok = fleet_settings is not None or data.get("settings") is None
         groups = self.groups(data)
         hosts = self.hosts(data, groups)
-        if self.check_files:
-            self.local_files(ssh, hosts or {})
+        self.local_files(ssh, hosts or {})
         if not fleet_ok or groups is None or hosts is None:
             return None
         ssh = ssh or Ssh()  # a bad ssh section is already reported; keep checking the hosts
@@ -154,6 +158,7 @@ class _Validator:
             host = self.host(fleet, host_name, entry, ssh)
             if host is not None:
                 fleet.hosts[host_name] = host
+        self.problems.extend(unused_layout_problems(self.mig_fits, self.file, self.loaded.line_of))
         return fleet
 
     def version(self, version: object) -> None:
@@ -171,7 +176,9 @@ class _Validator:
                       "write `version: 1`")
 
     def local_files(self, ssh: Ssh | None, hosts: dict[str, HostEntry | None]) -> None:
-        """Report each controller file the fleet names that ssh could not use (see :func:`load_fleet`)."""
+        """Report each controller file the fleet names that ssh could not use: always a path ansible-playbook
+        cannot resolve (relative: it runs in gpuprov's run directory) or ssh cannot pass on (known_hosts with
+        whitespace); with ``check_files`` also a file missing on this machine (see :func:`load_fleet`)."""
         named: list[tuple[Path_, str, str]] = []
         if ssh is not None and ssh.key is not None:
             named.append((("ssh", "key"), ssh.key, "SSH private key"))
@@ -189,7 +196,7 @@ class _Validator:
                 self.fail(path, f"{what} {value!r} has whitespace, which ssh's UserKnownHostsFile reads as a list of "
                           "files", "use a path without spaces")
                 continue
-            problem = local_file_problem(value)
+            problem = local_file_problem(value) if self.check_files else None
             if problem is not None:
                 fix = ("correct the path to the private key the hosts authorize" if what.startswith("SSH")
                        else "correct the path, or record the hosts' keys in it (ssh-keyscan, then verify them)")
@@ -217,6 +224,10 @@ class _Validator:
         for name, value in raw.items():
             if not self.named(check_host_name, name, ("hosts", name)):
                 continue
+            if groups is not None and name in groups:
+                self.fail(("hosts", name), f"host {name!r} has the name of a group (groups.{name}, line "
+                          f"{self.loaded.line_of(('groups', name))}): Ansible warns, and --limit {name} would mean "
+                          "both", "rename the host or the group")
             entry = out[name] = self.model(HostEntry, value, ("hosts", name))
             if entry is None:
                 continue
@@ -227,12 +238,13 @@ class _Validator:
                 if group in entry.groups[:index]:
                     self.fail(("hosts", name, "groups", index), f"group {group!r} is listed twice", "list it once")
             port = entry.port if entry.port is not None else default_port
-            key = (_address_key(entry.address), port if isinstance(port, int) else 22)
+            key = (address_key(entry.address), port if isinstance(port, int) else 22)
             if key in seen:
                 first = seen[key]
+                shown = f"[{entry.address}]" if ":" in entry.address else entry.address
+                same = f" (the same address as {key[0]})" if key[0] != entry.address else ""
                 self.fail(("hosts", name, "address"),
-                          f"{f'[{entry.address}]' if ':' in entry.address else entry.address}:{key[1]} is also "
-                          f"used by host {first!r} (line "
+                          f"{shown}:{key[1]}{same} is also used by host {first!r} (line "
                           f"{self.loaded.line_of(('hosts', first))})", "give each host its own address or port")
             else:
                 seen[key] = name
@@ -271,6 +283,7 @@ class _Validator:
         ctx = HostCheck(name, self.file, host_line, origins, self.loaded.line_of)
         check_host(ctx, settings, self.matrix)
         self.problems.extend(ctx.problems)
+        self.mig_fits.extend(ctx.mig_fits)
         return Host(
             name=name,
             line=host_line,
@@ -314,11 +327,3 @@ def _connection(entry: HostEntry, ssh: Ssh) -> Connection:
         known_hosts=ssh.known_hosts,
         host_key_checking=ssh.host_key_checking,
     )
-
-
-def _address_key(address: str) -> str:
-    """An address in one spelling, so ``fd00::1`` and ``FD00:0:0::0001`` (or a name in any case) compare equal."""
-    try:
-        return ipaddress.ip_address(address).compressed
-    except ValueError:
-        return address.lower().rstrip(".")

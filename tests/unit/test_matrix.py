@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from gpuprov.matrix import branch_of, load_matrix, version_key
@@ -22,7 +25,8 @@ def test_required_models_present(model: str) -> None:
 
 def test_every_row_cites_an_nvidia_source() -> None:
     raw = load_matrix().raw
-    rows = [*raw["cuda"], *raw["cudnn"], *raw["nccl"], *raw["gpus"], *raw["driver_branches"], *raw["os"].values()]
+    rows = [*raw["cuda"], *raw["cudnn"], *raw["nccl"], *raw["gpus"], *raw["driver_branches"], *raw["os"].values(),
+            *raw["mig"]]
     for row in rows:
         assert row["source"].startswith("https://") and "nvidia.com" in row["source"], row
         assert isinstance(row["verified"], bool)
@@ -100,3 +104,31 @@ def test_nvswitch_and_mig_flags() -> None:
 def test_gpu_for_nvml_name(nvml_name: str, model: str | None) -> None:
     found = load_matrix().gpu_for_nvml_name(nvml_name)
     assert (found.model if found else None) == model
+
+
+def test_every_mig_gpu_has_its_profiles() -> None:
+    m = load_matrix()
+    assert {g.model for g in m.gpus.values() if g.mig} == set(m.mig)
+    for geometry in m.mig.values():
+        assert (geometry.compute_slices, geometry.memory_slices) == (7, 8)
+        for profile in geometry.profiles.values():
+            assert profile.name.startswith(f"{profile.compute}g.")  # <n>g: n compute slices
+            assert profile.compute * min(profile.most, 1) <= geometry.compute_slices
+            assert profile.memory * profile.most <= geometry.memory_slices or profile.name.endswith("+me")
+    assert m.mig_geometry("a100 sxm4 40gb") is m.mig["A100-SXM4-40GB"]
+    assert m.mig_geometry("T4") is None
+
+
+def test_mig_profiles_agree_with_the_mock_nvml() -> None:
+    """The mock NVML's profile tables (gpuprov/mocknvml/src/mig.c) serve the same profiles: name, compute slices,
+    most instances and memory slices (its placement size)."""
+    source = (Path(__file__).resolve().parents[2] / "gpuprov" / "mocknvml" / "src" / "mig.c").read_text()
+    row = re.compile(r'\{\d+, \d+, "([^"]+)", (\d+), (\d+), \d+, \d+, \d+, \d+, \d+, \d+, \d+, (\d+), \d+, \d+\}')
+    tables = {"a100_40gb": "A100-SXM4-40GB", "a100_80gb": "A100-SXM4-80GB", "h100_80gb": "H100-SXM5-80GB",
+              "h200_141gb": "H200"}
+    m = load_matrix()
+    for table, model in tables.items():
+        body = source.split(f"gi_profile {table}[] = {{", 1)[1].split("};", 1)[0]
+        mock = {name: (int(c), int(mem), int(most)) for name, c, most, mem in row.findall(body)}
+        ours = {p.name: (p.compute, p.memory, p.most) for p in m.mig[model].profiles.values()}
+        assert mock == ours, model

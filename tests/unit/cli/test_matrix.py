@@ -19,7 +19,8 @@ def test_json_sections(capsys: pytest.CaptureFixture[str]) -> None:
 def test_tables_show_every_section(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix"]) == 0
     out = capsys.readouterr().out
-    for word in ("CUDA toolkit", "cuDNN builds", "NCCL builds", "GPU models", "per OS", "Driver branches", "B200"):
+    for word in ("CUDA toolkit", "cuDNN builds", "NCCL builds", "GPU models", "per OS", "Driver branches", "B200",
+                 "MIG profiles", "1g.10gb 1/2 x4"):
         assert word in out
 
 

@@ -70,6 +70,23 @@ def test_console_script_reports_every_problem() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_no_file_checks_keeps_every_other_rule(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-file-checks skips only whether the named files exist here: a relative key path is still refused."""
+    assert main(["validate", "--no-file-checks", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert_reported(path, out)
+    assert "Traceback" not in out + err
+
+
+def test_no_file_checks_still_names_relative_key_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    path = DATA / "bad" / "ssh_paths_relative.yml"
+    assert main(["validate", "--no-file-checks", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert out.count("relative path") == 3 and "absolute path or one under ~/" in out
+    assert "does not exist" not in out
+
+
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.yml"
     assert main(["validate", str(missing)]) == 2

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from gpuprov.exceptions import FleetValidationError
 from gpuprov.fleet import Fleet, load_fleet
+from gpuprov.fleet.checks import DEFAULT_DCGM
 from gpuprov.fleet.loader import load_text
 from gpuprov.fleet.validate import validate_loaded
 
@@ -37,8 +38,101 @@ def expectations(path: Path) -> dict[str, int]:
     return {f: found[f] for f in fields}
 
 
+#: What the problem at each expected field must say, per bad file: each word must be in one problem text at
+#: that field; a word starting with ``!`` must not be in it. Keys of the file-wide NEVER_PRINTED are strings no
+#: problem of that file may print (credentials written into a field).
+MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "number_forms.yml": {
+        "ssh.port": ("leading 0", "base 8", "plain decimal"),
+        "settings.gpus.count": ("hexadecimal", "plain decimal"),
+        "settings.reboot.serial": ("binary", "plain decimal"),
+        "settings.psu_watts": ("`_`", "plain decimal", "!expected"),
+        "hosts.gpu01.port": ("base 60", "plain decimal"),
+        "hosts.gpu01.description": ("`_`", "quote the value where a string is meant"),
+    },
+    "float_trap_fixes.yml": {
+        "settings.gpus.model": ('quote it: "4090"', "!YAML reads"),
+        "settings.cuda.version": ('quote it as written: "12.10"', "reads 12.10 as the number 12.1"),
+        "settings.cudnn.version": ("the number 9.10", 'quote it as written: "9.10"', '!"9.1"'),
+        "settings.driver.branch": ('"580"', '!"580.0"', "!YAML reads"),
+        "settings.psu_watts": ("got 1200.50", "without a decimal point", "!quote"),
+    },
+    "whitespace_only.yml": {"(document)": ("empty", "!syntax")},
+    "document_marker_only.yml": {"(document)": ("empty", "!top level")},
+    "deep_nesting.yml": {"(document)": ("64 levels", "limit", "!syntax")},
+    "address_credentials.yml": {
+        "hosts.gpu01.address": ("credentials", "`user:`", "SSH key", "!IPv6"),
+        "hosts.gpu02.address": ("URL", "`user:`", "`port:`", "!IPv6"),
+        "hosts.gpu03.user": ("user:password",),
+        "settings.proxy.http": ("http(s)",),
+        "settings.proxy.https": ("does not expand", "{env: NAME}"),
+        "ssh.become_password": ("not an environment variable name", "never its value"),
+    },
+    "address_forms.yml": {
+        "hosts.gpu01.address": ("host:port", "`port: 2222`", "!IPv6"),
+        "hosts.gpu02.address": ("user@host", "`user:`", "ssh.user"),
+        "hosts.gpu03.address": ("[address]:port", "`port: 2200`"),
+        "hosts.gpu04.address": ("host:port", "`port: 22`", "!RFC 1123"),
+        "hosts.gpu05.address": ("URL", "`port:`"),
+    },
+    "address_unusable.yml": {
+        "hosts.gpu01.address": ("unspecified", "SSH cannot connect"),
+        "hosts.gpu02.address": ("unspecified",),
+        "hosts.gpu03.address": ("broadcast",),
+        "hosts.gpu04.address": ("multicast",),
+        "hosts.gpu05.address": ("multicast",),
+        "hosts.gpu06.address": ("unspecified",),
+    },
+    "duplicate_ipv4_mapped.yml": {"hosts.gpu02.address": ("the same address as 10.0.0.11", "'gpu01'")},
+    "host_named_like_group.yml": {"hosts.a100": ("name of a group", "--limit a100", "rename")},
+    "dcgm_exporter_mismatch.yml": {
+        "groups.hgx.settings.monitoring.dcgm_exporter_version": (
+            "host gpu01", "built for DCGM 3.3.5", "runs DCGM 3.3.7", "API version mismatch", "3.3.7-<exporter"),
+        "hosts.gpu03.settings.monitoring.dcgm_exporter_version": ("runs DCGM 3.3.5", "role's default"),
+        "hosts.gpu04.settings.monitoring.dcgm_exporter_version": ("<dcgm version>-<exporter version>",),
+    },
+    "mig_profile_of_another_model.yml": {
+        "settings.mig.layouts.split[0].mig_devices.3g.40gb": (
+            "not one of A100-SXM4-40GB's", "A100-SXM4-80GB", "3g profile of A100-SXM4-40GB: 3g.20gb"),
+        "hosts.gpu02.settings.mig.layouts.x[0].mig_devices.1g.20gb": ("1g.5gb, 1g.5gb+me, 1g.10gb",),
+    },
+    "mig_layout_too_big.yml": {
+        "groups.h100.settings.mig.layouts.twice[0].mig_devices": ("host gpu01", "14 compute slices", "has 7"),
+        "groups.h100.settings.mig.layouts.mem[0].mig_devices": ("9 memory slices", "has 8"),
+        "groups.h100.settings.mig.layouts.media[0].mig_devices.1g.10gb+me": ("at most 1",),
+    },
+    "mig_unknown_profile.yml": {
+        "settings.mig.layouts.all-1g[0].mig_devices.1g.11gb": ("unknown MIG profile", "did you mean '1g.18gb'"),
+        "settings.mig.layouts.spare": ("fits none", "H200: MIG profile '1g.10gb' is not one of H200's"),
+    },
+}
+#: credentials written into fields (address_credentials.yml) and the parts around them
+NEVER_PRINTED: dict[str, tuple[str, ...]] = {
+    "address_credentials.yml": ("s3cret", "hunter2", "toor", "pa55w0rd", "Tr0ub4dor", "admin:", "deploy"),
+}
+
+
 def test_there_are_enough_bad_files() -> None:
     assert len(BAD) >= 30
+    assert {*MESSAGES, *NEVER_PRINTED} <= {p.name for p in BAD}
+
+
+@pytest.mark.parametrize("name", sorted({*MESSAGES, *NEVER_PRINTED}))
+def test_bad_file_says_what_is_wrong_and_how_to_fix_it(name: str) -> None:
+    path = DATA / "bad" / name
+    with pytest.raises(FleetValidationError) as info:
+        load_fleet(path)
+    texts: dict[str, list[str]] = {}
+    for problem in info.value.problems:
+        texts.setdefault(problem.path, []).append(f"{problem.problem} - {problem.fix}")
+    for field, words in MESSAGES.get(name, {}).items():
+        want = [w for w in words if not w.startswith("!")]
+        banned = [w[1:] for w in words if w.startswith("!")]
+        assert any(all(w in t for w in want) and not any(b in t for b in banned) for t in texts.get(field, [])), (
+            f"{name}: no problem at {field} says {words}; got {texts.get(field)}")
+    for secret in NEVER_PRINTED.get(name, ()):
+        for problem in info.value.problems:
+            assert secret not in str(problem), f"{name}: {secret!r} printed in {problem}"
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
@@ -60,6 +154,49 @@ def test_good_files_validate(path: Path) -> None:
     for host in fleet.hosts.values():
         assert host.settings["driver"]["branch"] != "auto"
         assert host.settings["driver"]["flavour"] in ("open", "proprietary")
+
+
+MIG_FLEET = """version: 1
+settings:
+  os: ubuntu2204
+  gpus: {model: %s, count: 8}
+  mig:
+    layouts:
+      a100-40: [{devices: all, mig_devices: {"1g.10gb": 2, "3g.20gb": 1}}]
+      a100-80: [{devices: all, mig_devices: {"1g.10gb": 7}}]
+      mixed: [{devices: all, mig_devices: {"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}}]
+hosts:
+  gpu01: {address: 10.0.0.11%s}
+  gpu02: {address: 10.0.0.12, settings: {gpus: {model: A100-SXM4-40GB}}}
+"""
+
+
+@pytest.mark.parametrize(("model", "extra"), [("A100-SXM4-80GB", ", settings: {mig: {layout: mixed}}"),
+                                              ("H100-SXM5-80GB", ", settings: {mig: {layout: a100-80}}")])
+def test_layouts_for_several_models_in_one_fleet_are_fine(model: str, extra: str) -> None:
+    """Each defined layout needs to fit one GPU model of the hosts that have it, the used one its host's."""
+    assert len(_fleet(MIG_FLEET % (model, extra)).hosts) == 2
+
+
+def test_a_layout_no_mig_host_could_apply_is_refused() -> None:
+    """gpu01 is a T4 (no MIG), so only gpu02's A100-SXM4-40GB could apply the layouts: two of them do not fit it."""
+    with pytest.raises(FleetValidationError) as info:
+        _fleet(MIG_FLEET % ("T4", ""))
+    got = {p.path: p.problem for p in info.value.problems}
+    assert set(got) == {"settings.mig.layouts.a100-80", "settings.mig.layouts.mixed"}
+    assert "7 x 1g.10gb: at most 4 fit one A100-SXM4-40GB" in got["settings.mig.layouts.a100-80"]
+
+
+def test_a_used_layout_must_fit_its_host_even_if_it_fits_another() -> None:
+    with pytest.raises(FleetValidationError) as info:
+        _fleet(MIG_FLEET % ("A100-SXM4-80GB", ", settings: {mig: {layout: a100-40}}"))
+    [problem] = info.value.problems
+    assert problem.path == "settings.mig.layouts.a100-40[0].mig_devices.3g.20gb" and "host gpu01" in problem.problem
+
+
+def test_default_dcgm_is_the_monitoring_roles_default() -> None:
+    defaults = (EXAMPLE.parents[1] / "roles" / "monitoring" / "defaults" / "main.yml").read_text(encoding="utf-8")
+    assert f"gpuprov_monitoring_dcgm_version | default('{DEFAULT_DCGM}', true)" in defaults
 
 
 def _fleet(text: str) -> Fleet:
