@@ -1,26 +1,17 @@
-"""The h200x2 profile, read through pynvml, equals the real capture (fixtures/nvml/h200x2/nvml.json)."""
+"""The h200x2 profile, read through pynvml, equals the real capture (tests/data/nvml-h200x2/nvml.json)."""
 
 from __future__ import annotations
 
 import ctypes
 import json
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from nvml_fake import fixture_dir
 
-ROOT = Path(__file__).resolve().parents[3]
-# shared/ lives in the checkout or beside it (the workspace layout and CI's).
-FIXTURE = next(
-    (
-        base / "fixtures" / "nvml" / "h200x2" / "nvml.json"
-        for base in (ROOT / "shared", ROOT.parent / "shared")
-        if (base / "fixtures" / "nvml" / "h200x2" / "nvml.json").is_file()
-    ),
-    ROOT / "shared" / "fixtures" / "nvml" / "h200x2" / "nvml.json",
-)
+FIXTURE = fixture_dir() / "nvml.json"
 
 # nvml.json keys read by something other than nvmlDeviceGet<Key>(handle).
 SPECIAL: dict[str, Callable[[ModuleType, Any], Any]] = {
@@ -51,8 +42,6 @@ def _read(nvml: ModuleType, handle: Any, key: str) -> Any:
 
 @pytest.fixture(scope="module")
 def capture() -> dict[str, Any]:
-    if not FIXTURE.is_file():
-        pytest.skip(f"fixture {FIXTURE} not present")
     data: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     return data
 
