@@ -37,12 +37,12 @@ else
         fi
     } > /etc/apt/sources.list
 fi
-# Like the Debian container images: do not keep downloaded .debs.
+# Like the Debian container images: do not keep downloaded .debs. Unlike them, keep apt's binary package
+# cache (pkgcache.bin), as every server does: without it each apt run, and each open of the cache by
+# Ansible's apt module, parses all package lists again (5-7 s on a loaded 2-core machine, against 0.1 s).
 cat > /etc/apt/apt.conf.d/docker-clean <<'EOF'
 DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb || true"; };
 APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb || true"; };
-Dir::Cache::pkgcache "";
-Dir::Cache::srcpkgcache "";
 EOF
 
 # --- the admin user: key-only login, passwordless sudo (a real server's shape) ---------------------
