@@ -171,10 +171,17 @@ class BiosCheck(Strict):
     severity: dict[FindingId, Severity] = {}
 
 
-class Verify(Strict):
-    """verify: NCCL all-reduce busbw floor in GB/s (auto: per GPU model), its buffer in bytes, the Python
-    with torch, the container smoke-test image and whether the role may pull it (docs/verify.md)."""
+#: The verification ladder's steps, in its order (roles/verify/library/verify_ladder.py's STEPS).
+VerifyStep = Literal["gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "cuda_sample", "p2p",
+                     "nccl_allreduce", "container", "dcgm_diag"]
 
+
+class Verify(Strict):
+    """verify: steps not to run (reported as skip), NCCL all-reduce busbw floor in GB/s (auto: per GPU model),
+    its buffer in bytes, the Python with torch, the container smoke-test image and whether the role may pull it
+    (docs/verify.md)."""
+
+    skip: list[VerifyStep] = []
     min_busbw_gbps: AutoOrPositive = "auto"
     nccl_size_bytes: Annotated[int, Field(ge=1048576)] = 1073741824
     python: FilePath | None = None
