@@ -11,7 +11,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible.vars.manager import VariableManager
 
-from gpuprov.exceptions import ConfigError
+from gpuprov.exceptions import ConfigError, FleetValidationError
 from gpuprov.fleet import load_fleet
 from gpuprov.render import PROXY_ENV_VAR, connection_vars, env_lookup, flatten, render_inventory
 
@@ -199,3 +199,36 @@ def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeyp
     assert Templar(loader=loader, variables=host_vars).template(expression) == "http://debian.mirror.internal/debian/"
     assert "debian.mirror.internal" not in "".join(p.read_text() for p in (tmp_path / "inv").rglob("*.yml"))
     assert Templar(loader=loader, variables={}).template(expression) == ""
+
+
+def test_verify_skip_leaves_those_steps_out_of_the_ladder(tmp_path: Path) -> None:
+    """verify.skip (a group's value) reaches the verify role's default verify_steps: every step but those, in
+    ladder order; a step name the ladder does not have is a validation error."""
+    text = (ROOT / "inventory" / "example.yml").read_text(encoding="utf-8")
+    document = yaml.safe_load(text)
+    group = next(iter(document["groups"]))
+    document["groups"][group].setdefault("settings", {})["verify"] = {"skip": ["dcgm_diag", "cuda_sample"]}
+    (tmp_path / "fleet.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    fleet = load_fleet(tmp_path / "fleet.yml")
+    inventory = render_inventory(fleet, tmp_path / "inv")
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    role = ROOT / "roles" / "verify"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    constants = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))
+    steps = {}
+    for name in fleet.hosts:
+        host_vars = {**variables.get_vars(host=manager.get_host(name)), **constants}
+        steps[name] = Templar(loader=loader, variables=host_vars).template(trust_as_template(defaults["verify_steps"]))
+    everything = constants["__verify_all_steps"]
+    in_group = {name for name, host in fleet.hosts.items() if group in host.groups}
+    assert in_group and len(in_group) < len(steps)
+    kept = [s for s in everything if s not in ("dcgm_diag", "cuda_sample")]
+    assert steps == {name: kept if name in in_group else everything for name in steps}
+
+    document["groups"][group]["settings"]["verify"] = {"skip": ["dcgm"]}
+    (tmp_path / "bad.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    with pytest.raises(FleetValidationError) as info:
+        load_fleet(tmp_path / "bad.yml")
+    assert "verify.skip" in str(info.value)
