@@ -113,7 +113,12 @@ def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
     metavar="NAME[,NAME]",
     help="Mock NVML hardware profile per host, cycled over the hosts (default: h200x2); see docs/mock-nvml.md.",
 )
-def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[str, ...]) -> None:
+@click.option(
+    "--stack",
+    is_flag=True,
+    help="Also turn on Docker with the NVIDIA runtime and DCGM with dcgm-exporter in the fleet file (docs/lab.md).",
+)
+def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[str, ...], stack: bool) -> None:
     """Start (or reconcile) the lab hosts, install their GPU hardware profile, write the fleet file."""
     from gpuprov.lab import containers, fleetfile, hardware, repo, state
 
@@ -123,7 +128,7 @@ def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[
     with _progress():
         hosts = containers.up(count, chosen, profiles=hardware_profiles, lab_dir=lab_dir)
     path = fleetfile.write_fleet_file(fleet_file, hosts, state.key_path(lab_dir), state.known_hosts_path(lab_dir),
-                                      repo.lab_fingerprint(lab_dir))
+                                      repo.lab_fingerprint(lab_dir), stack=stack)
     for host in hosts:
         click.echo(f"{host.hostname}  {host.name}  {host.os}  admin@127.0.0.1:{host.port}  profile {host.profile}")
     click.echo(f"fleet file: {path}")

@@ -7,11 +7,15 @@ site does: it publishes a signed mirror and points the fleet file's ``mirrors.cu
 * :func:`build` makes, in the lab state dir, one flat repository per lab OS with
   :mod:`gpuprov.standin` (NVIDIA's driver packages of every lab branch - nvidia-driver-<b>[-open|-server],
   nvidia-dkms-<b> with the tiny real DKMS module, libnvidia-compute, nvidia-utils, nvidia-compute-utils
-  with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers - and the ``cuda`` chain), plus for the Ubuntu
-  20.04 stand-in an "archive" repository with ``linux-generic-hwe-20.04`` (what Ubuntu's own archive
-  would carry). All are signed with one key per lab, generated once in ``<lab>/standin/gnupg`` (mode
-  0700, never committed); its public key is published next to the packages as ``<fpr[-8:]>.pub``,
-  the file name NVIDIA uses (``3bf863cc.pub``).
+  with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers - the ``cuda`` chain, the CUDA toolkits
+  NVIDIA publishes for that OS with their cuDNN and NCCL builds, and ``datacenter-gpu-manager``, which
+  NVIDIA's CUDA repository carries too), plus for the Ubuntu 20.04 stand-in an "archive" repository with
+  ``linux-generic-hwe-20.04`` (what Ubuntu's own archive would carry). Beside them: ``libnvidia-container``
+  (the NVIDIA Container Toolkit repository, one for every OS as NVIDIA's is) and ``dcgm-exporter`` (the
+  exporter binaries a site hosts itself, :data:`EXPORTER_VERSION` named by the fleet file with its sha256).
+  All are signed with one key per lab, generated once in ``<lab>/standin/gnupg`` (mode 0700, never
+  committed); its public key is published next to the packages as ``<fpr[-8:]>.pub``, the file name
+  NVIDIA uses (``3bf863cc.pub``).
 * :func:`install` copies the repositories to ``/srv/gpuprov-standin/`` in a container, starts
   ``gpuprov-standin-repo.service`` (``python3 -m http.server --bind 127.0.0.1 PORT``) and, on the
   Ubuntu stand-in, adds the archive repository as a base-OS apt source (the role does not manage the
@@ -21,6 +25,7 @@ site does: it publishes a signed mirror and points the fleet file's ``mirrors.cu
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -30,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import HostsFailed
-from gpuprov.standin import build_repository
+from gpuprov.standin import container, dcgm
 from gpuprov.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
 from gpuprov.standin.repo import KEY_NAME, key_fingerprint
+from gpuprov.standin.toolkit import StandinPackage, build_toolkit_repository, lab_toolkit_packages_for
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,12 @@ PORT = 8471
 ROOT_IN_HOST = "/srv/gpuprov-standin"
 UNIT = "gpuprov-standin-repo.service"
 #: Bump when the repositories' content changes, so ``lab up`` rebuilds them.
-CONTENT_VERSION = "5"
+CONTENT_VERSION = "7"
+#: Directory (under the served root) of the NVIDIA Container Toolkit repository stand-in.
+CONTAINER_TOOLKIT_DIR = "libnvidia-container"
+#: Directory of the dcgm-exporter binaries, and the one the lab fleet runs (paired with DCGM 3.3.5).
+EXPORTER_DIR = "dcgm-exporter"
+EXPORTER_VERSION = dcgm.EXPORTER_VERSIONS[0]
 
 UNIT_TEXT = f"""\
 # gpuprov lab: serves the stand-in NVIDIA repository on this host's loopback only.
@@ -90,31 +101,70 @@ def _debian_kernel(container: Any) -> str:
     return kernel
 
 
+def _repositories(os_name: str, debian_kernel: str) -> dict[str, list[StandinPackage]]:
+    """The apt repositories a lab host of ``os_name`` is served: directory name -> packages."""
+    wanted: dict[str, list[StandinPackage]] = {
+        os_name: [*lab_cuda_packages(os_name), *lab_toolkit_packages_for(os_name),
+                  *(dcgm.dcgm_package(v) for v in dcgm.DCGM_VERSIONS)],
+        CONTAINER_TOOLKIT_DIR: list(container.packages()),
+    }
+    if os_name == "ubuntu2004":
+        wanted["ubuntu2004-archive"] = list(lab_ubuntu_archive_packages(debian_kernel))
+    return wanted
+
+
+def _write_exporters(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for version in dcgm.EXPORTER_VERSIONS:
+        target = directory / f"dcgm-exporter-{version}"
+        data = dcgm.exporter_script(version).encode()
+        if not target.is_file() or target.read_bytes() != data:
+            target.write_bytes(data)
+
+
 def build(lab_dir: Path, os_name: str, debian_kernel: str) -> LabRepository:
     """Build (or reuse) the signed stand-in repositories for ``os_name`` under ``<lab_dir>/standin``.
 
-    Raises EnvironmentMissing (dpkg-deb, dpkg-scanpackages or gpg missing) or ConfigError.
+    Raises EnvironmentMissing (dpkg-deb, dpkg-scanpackages, gpg or gcc missing) or ConfigError.
     """
     root = lab_dir / "standin" / "srv"
     home = lab_dir / "standin" / "gnupg"
-    stamp_text = json.dumps({"v": CONTENT_VERSION, "kernel": debian_kernel})
-    wanted = {os_name: lab_cuda_packages(os_name)}
-    if os_name == "ubuntu2004":
-        wanted["ubuntu2004-archive"] = lab_ubuntu_archive_packages(debian_kernel)
-    for name, specs in wanted.items():
+    wanted = _repositories(os_name, debian_kernel)
+    for name, packages in wanted.items():
         repo_dir = root / name
         stamp = repo_dir / ".gpuprov-stamp"
+        # only the archive's headers point at the host's Debian kernel; the others are the same for every host
+        kernel = {"kernel": debian_kernel} if name.endswith("-archive") else {}
+        stamp_text = json.dumps({"v": CONTENT_VERSION, **kernel})
         if stamp.is_file() and stamp.read_text(encoding="utf-8") == stamp_text and (repo_dir / KEY_NAME).is_file():
             continue
         for old in repo_dir.glob("*"):
             old.unlink()
-        repo = build_repository(specs, repo_dir, gnupg_home=home)
+        repo = build_toolkit_repository(packages, repo_dir, gnupg_home=home)
         fpr = key_fingerprint(repo.key)
-        # NVIDIA publishes its key as <last 8 hex digits of the fingerprint>.pub next to the index.
-        (repo_dir / f"{fpr[-8:].lower()}.pub").write_bytes(repo.key.read_bytes())
+        # NVIDIA publishes the CUDA repository's key as <last 8 hex digits of the fingerprint>.pub next to the
+        # index, and the container toolkit's as gpgkey at the top of its repository
+        key_file = "gpgkey" if name == CONTAINER_TOOLKIT_DIR else f"{fpr[-8:].lower()}.pub"
+        (repo_dir / key_file).write_bytes(repo.key.read_bytes())
         stamp.write_text(stamp_text, encoding="utf-8")
         log.info("stand-in repository %s built (key %s)", repo_dir, fpr)
-    return LabRepository(os_name, root, tuple(wanted), key_fingerprint(root / os_name / KEY_NAME))
+    _write_exporters(root / EXPORTER_DIR)
+    return LabRepository(os_name, root, (*wanted, EXPORTER_DIR), key_fingerprint(root / os_name / KEY_NAME))
+
+
+def exporter_url() -> str:
+    """URL of the dcgm-exporter binary of :data:`EXPORTER_VERSION` as a lab host sees it."""
+    return f"http://127.0.0.1:{PORT}/{EXPORTER_DIR}/dcgm-exporter-{EXPORTER_VERSION}"
+
+
+def exporter_sha256() -> str:
+    """sha256 (hex) of that binary."""
+    return hashlib.sha256(dcgm.exporter_script(EXPORTER_VERSION).encode()).hexdigest()
+
+
+def container_toolkit_url() -> str:
+    """URL of the NVIDIA Container Toolkit repository stand-in as a lab host sees it."""
+    return f"http://127.0.0.1:{PORT}/{CONTAINER_TOOLKIT_DIR}/"
 
 
 def url_for(os_name: str) -> str:

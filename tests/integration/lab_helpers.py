@@ -55,8 +55,9 @@ def drift(path: Path) -> dict[str, Any]:
     return report
 
 
-def driver_packages(container: str) -> dict[str, tuple[str, bool]]:
-    """``{package: (version, held)}`` of the installed NVIDIA driver set in ``container`` (dpkg's own view)."""
+def installed_packages(container: str, prefixes: tuple[str, ...]) -> dict[str, tuple[str, bool]]:
+    """``{package: (version, held)}`` of the installed packages in ``container`` whose names start with one of
+    ``prefixes`` (dpkg's own view)."""
     listed = subprocess.run(["docker", "exec", container, "dpkg-query", "-W", "-f",
                              "${Package} ${Version} ${db:Status-Abbrev}\n"],
                             capture_output=True, text=True, check=True).stdout
@@ -64,7 +65,12 @@ def driver_packages(container: str) -> dict[str, tuple[str, bool]]:
                                capture_output=True, text=True, check=True).stdout.split())
     return {name: (version, name in holds) for name, version, status in
             (line.split(maxsplit=2) for line in listed.splitlines())
-            if status[1:2] == "i" and name.startswith(("nvidia-", "libnvidia-"))}  # "ii", or "hi" when held
+            if status[1:2] == "i" and name.startswith(prefixes)}  # "ii", or "hi" when held
+
+
+def driver_packages(container: str) -> dict[str, tuple[str, bool]]:
+    """:func:`installed_packages` of the NVIDIA driver set."""
+    return installed_packages(container, ("nvidia-", "libnvidia-"))
 
 
 def csv_rows(text: str) -> list[dict[str, str]]:

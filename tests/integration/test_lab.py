@@ -30,7 +30,17 @@ from typing import Any
 
 import pytest
 import yaml
-from lab_helpers import captured_rows, csv_rows, drift, driver_packages, gpuprov, os_release, ssh, summary
+from lab_helpers import (
+    captured_rows,
+    csv_rows,
+    drift,
+    driver_packages,
+    gpuprov,
+    installed_packages,
+    os_release,
+    ssh,
+    summary,
+)
 from test_facts_parity import EXCLUDED, NOT_IN_CAPTURE, differences
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -168,11 +178,36 @@ def test_main_job(lab: dict[str, Any]) -> None:
         reported = ssh(lab["fleet"], host["name"], "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
         assert set(reported.stdout.split()) == installed and len(installed) == 1, (host["name"], reported.stdout)
 
+    for host in _status(lab):
+        _assert_stack(lab, host["container"], host["name"])
+
     # verify and doctor tell the same truth about the converged hosts: ready, nothing to fix
     verified = gpuprov("verify", path, "--json", str(cwd / "verify.json"), env=env, cwd=cwd)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    for name, report in json.loads((cwd / "verify.json").read_text())["hosts"].items():
+        steps = {s["name"]: s for s in report["steps"]}
+        assert {n for n, s in steps.items() if s["status"] == "pass"} >= {
+            "gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "p2p"}, (name, steps)
+        # the fleet file's verify.skip: the simulated GPUs run no CUDA kernel and no DCGM diagnostic
+        assert steps["cuda_sample"]["reason"] == steps["dcgm_diag"]["reason"] == "not selected (verify_steps)"
+        assert steps["container"]["status"] == "skip" and "image" in steps["container"]["reason"], steps["container"]
     doctor = gpuprov("doctor", path, "--json", "--window", "2", "--samples", "2", env=env, cwd=cwd)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+
+def _assert_stack(lab: dict[str, Any], container: str, name: str) -> None:
+    """The CUDA stack on one converged host, as the lab fleet file asks for it: CUDA 12.8 with cuDNN 9.10.2 and
+    NCCL 2.26.2 built for it, each held, and nvcc answering as 12.8."""
+    packages = installed_packages(container, ("cuda-toolkit-", "libcudnn", "libnccl"))
+    versions = {package: version for package, (version, _) in packages.items()}
+    assert versions.get("cuda-toolkit-12-8", "").startswith("12.8."), (name, versions)
+    assert versions.get("libcudnn9-cuda-12", "").startswith("9.10.2."), (name, versions)
+    assert versions.get("libnccl2", "").startswith("2.26.2-1+cuda12.8"), (name, versions)
+    # what each role installs by name is held (a dependency such as cuda-toolkit-12-8-config-common is not)
+    assert all(packages[package][1] for package in ("cuda-toolkit-12-8", "libcudnn9-cuda-12", "libnccl2")), \
+        (name, packages)
+    nvcc = ssh(lab["fleet"], name, "/usr/local/cuda-12.8/bin/nvcc --version")
+    assert "release 12.8" in nvcc.stdout, nvcc.stdout
 
 
 # -- 3. day-2 cases on the converged lab --------------------------------------------------------------------
@@ -195,18 +230,20 @@ def test_drift_after_a_hand_change_and_none_after_reapply(lab: dict[str, Any]) -
                               "--force-hold", package], capture_output=True, text=True, check=False)
     assert removed.returncode == 0, removed.stdout + removed.stderr
 
-    drifted = gpuprov("check", path, "--json", str(cwd / "drifted.json"), env=env, cwd=cwd)
+    # the drift probe reads every component of every host whatever roles the check runs; the role that owns the
+    # package is enough for the run's part (the whole site was checked clean above)
+    drifted = gpuprov("check", path, "--role", "nvidia_driver", "--json", str(cwd / "drifted.json"), env=env, cwd=cwd)
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     report = drift(cwd / "drifted.json")
     assert report["drifted"] == {victim["name"]: ["driver"]}, report["drifted"]
     assert f"{package} is not installed" in report["hosts"][victim["name"]]["driver"]["note"]
 
-    # the role that owns the package repairs it (the whole site converged in test_main_job); check below reads all
+    # the role that owns the package repairs it (the whole site converged in test_main_job)
     repaired = gpuprov("apply", path, "--role", "nvidia_driver", "--json", str(cwd / "repaired.json"),
                        env=env, cwd=cwd)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert summary(cwd / "repaired.json")[victim["name"]]["changed"] > 0
-    after = gpuprov("check", path, "--json", str(cwd / "after.json"), env=env, cwd=cwd)
+    after = gpuprov("check", path, "--role", "nvidia_driver", "--json", str(cwd / "after.json"), env=env, cwd=cwd)
     assert after.returncode == 0, after.stdout + after.stderr
     assert drift(cwd / "after.json")["drifted"] == {}
 

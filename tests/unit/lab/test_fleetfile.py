@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import yaml
 
 from gpuprov.lab.fleetfile import HEADER, render_fleet, write_fleet_file
 from gpuprov.lab.state import LabHost
+from gpuprov.standin.dcgm import exporter_script
 
 HOSTS = [
     LabHost("gpuprov-lab-1", "lab-debian12-1", "debian12", 22201),
@@ -32,8 +34,12 @@ def test_written_file_loads_with_expected_structure(tmp_path: Path) -> None:
     assert doc["settings"] == {
         "gpus": {"model": "H200", "count": 2, "nvswitch": False},
         "reboot": {"allowed": False},
+        "cuda": {"version": "12.8"},
+        "cudnn": {"version": "9.10.2"},
+        "nccl": {"version": "2.26.2"},
         "container_runtime": "none",
         "monitoring": {"enabled": False},
+        "verify": {"skip": ["cuda_sample", "dcgm_diag"]},
     }
     # each host's gpus come from its hardware profile (the real H200 pair's links end at NVSwitches)
     assert doc["hosts"] == {
@@ -91,3 +97,22 @@ def test_stand_in_repository_settings_validate_and_render(tmp_path: Path) -> Non
     files = inventory_files(load_fleet(path))
     text = yaml.safe_dump(files)
     assert "http://127.0.0.1:8471/debian12/" in text and fpr.replace(" ", "") in text
+
+
+def test_stack_turns_on_docker_and_monitoring_from_the_lab_repositories(tmp_path: Path) -> None:
+    """``lab up --stack``: Docker with the lab's container toolkit repository (signed by the lab key) and DCGM with
+    the exporter binary the lab serves, named by URL and sha256 as a site names its own copy; it validates."""
+    from gpuprov.fleet import load_fleet
+
+    fpr = "60AB627C4761FE1835B2607995A43B8F0B404C39"
+    path = write_fleet_file(tmp_path / "lab.yml", HOSTS, tmp_path / "k", tmp_path / "kh", fpr, stack=True)
+    settings = yaml.safe_load(path.read_text())["settings"]
+    assert settings["container_runtime"] == "docker"
+    assert settings["mirrors"] == {"cuda_repo_key_fingerprint": fpr,
+                                   "container_toolkit_repo_url": "http://127.0.0.1:8471/libnvidia-container/",
+                                   "container_toolkit_key_fingerprint": fpr}
+    assert settings["monitoring"] == {
+        "enabled": True, "dcgm_version": "3.3.5",
+        "dcgm_exporter_url": "http://127.0.0.1:8471/dcgm-exporter/dcgm-exporter-3.3.5-3.4.1",
+        "dcgm_exporter_sha256": hashlib.sha256(exporter_script("3.3.5-3.4.1").encode()).hexdigest()}
+    assert len(load_fleet(path).hosts) == 2
