@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -147,21 +149,28 @@ def test_b08_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None
     assert bare is False  # outside a fleet (no gpuprov_ variables) the role stays unconfirmed
 
 
-def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> None:
-    """image_workers.procs_per_gpu (a group's value over the fleet default 4) becomes the role's default and
-    the --procs-per-gpu of the rendered gpuprov-worker@ unit."""
-    import jinja2
-
-    text = (ROOT / "inventory" / "example.yml").read_text(encoding="utf-8")
-    document = yaml.safe_load(text)
+def _example_with_group_setting(tmp_path: Path, section: str, values: dict[str, Any]) -> tuple[
+        Any, str, Callable[[str], dict[str, Any]], DataLoader]:
+    """inventory/example.yml with ``values`` merged into the first group's ``settings.<section>``, rendered:
+    (the loaded fleet, that group's name, host name -> the variables Ansible gives the host, the loader)."""
+    document = yaml.safe_load((ROOT / "inventory" / "example.yml").read_text(encoding="utf-8"))
     group = next(iter(document["groups"]))
-    document["groups"][group].setdefault("settings", {}).setdefault("image_workers", {})["procs_per_gpu"] = 8
+    document["groups"][group].setdefault("settings", {}).setdefault(section, {}).update(values)
     (tmp_path / "fleet.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     fleet = load_fleet(tmp_path / "fleet.yml")
     inventory = render_inventory(fleet, tmp_path / "inv")
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(inventory)])
     variables = VariableManager(loader=loader, inventory=manager)
+    return fleet, group, lambda name: variables.get_vars(host=manager.get_host(name)), loader
+
+
+def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> None:
+    """image_workers.procs_per_gpu (a group's value over the fleet default 4) becomes the role's default and
+    the --procs-per-gpu of the rendered gpuprov-worker@ unit."""
+    import jinja2
+
+    fleet, group, host_vars_of, loader = _example_with_group_setting(tmp_path, "image_workers", {"procs_per_gpu": 8})
     role = ROOT / "roles" / "image_workers"
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
     unit = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
@@ -169,7 +178,7 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
     )
     seen = {}
     for name in fleet.hosts:
-        host_vars = variables.get_vars(host=manager.get_host(name))
+        host_vars = host_vars_of(name)
         procs = Templar(loader=loader, variables=host_vars).template(
             trust_as_template(defaults["image_workers_procs_per_gpu"])
         )
@@ -204,22 +213,14 @@ def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeyp
 def test_verify_skip_leaves_those_steps_out_of_the_ladder(tmp_path: Path) -> None:
     """verify.skip (a group's value) reaches the verify role's default verify_steps: every step but those, in
     ladder order; a step name the ladder does not have is a validation error."""
-    text = (ROOT / "inventory" / "example.yml").read_text(encoding="utf-8")
-    document = yaml.safe_load(text)
-    group = next(iter(document["groups"]))
-    document["groups"][group].setdefault("settings", {})["verify"] = {"skip": ["dcgm_diag", "cuda_sample"]}
-    (tmp_path / "fleet.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    fleet = load_fleet(tmp_path / "fleet.yml")
-    inventory = render_inventory(fleet, tmp_path / "inv")
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    variables = VariableManager(loader=loader, inventory=manager)
+    fleet, group, host_vars_of, loader = _example_with_group_setting(tmp_path, "verify",
+                                                                     {"skip": ["dcgm_diag", "cuda_sample"]})
     role = ROOT / "roles" / "verify"
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
     constants = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))
     steps = {}
     for name in fleet.hosts:
-        host_vars = {**variables.get_vars(host=manager.get_host(name)), **constants}
+        host_vars = {**host_vars_of(name), **constants}
         steps[name] = Templar(loader=loader, variables=host_vars).template(trust_as_template(defaults["verify_steps"]))
     everything = constants["__verify_all_steps"]
     in_group = {name for name, host in fleet.hosts.items() if group in host.groups}
@@ -227,8 +228,8 @@ def test_verify_skip_leaves_those_steps_out_of_the_ladder(tmp_path: Path) -> Non
     kept = [s for s in everything if s not in ("dcgm_diag", "cuda_sample")]
     assert steps == {name: kept if name in in_group else everything for name in steps}
 
-    document["groups"][group]["settings"]["verify"] = {"skip": ["dcgm"]}
-    (tmp_path / "bad.yml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    bad = (tmp_path / "fleet.yml").read_text(encoding="utf-8").replace("- dcgm_diag\n", "- dcgm\n")
+    (tmp_path / "bad.yml").write_text(bad, encoding="utf-8")
     with pytest.raises(FleetValidationError) as info:
         load_fleet(tmp_path / "bad.yml")
     assert "verify.skip" in str(info.value)
