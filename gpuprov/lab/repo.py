@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import HostsFailed
-from gpuprov.standin import container, dcgm
+from gpuprov.standin import dcgm
 from gpuprov.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
+from gpuprov.standin.container import packages as container_toolkit_packages
 from gpuprov.standin.repo import KEY_NAME, key_fingerprint
 from gpuprov.standin.toolkit import StandinPackage, build_toolkit_repository, lab_toolkit_packages_for
 
@@ -106,7 +107,7 @@ def _repositories(os_name: str, debian_kernel: str) -> dict[str, list[StandinPac
     wanted: dict[str, list[StandinPackage]] = {
         os_name: [*lab_cuda_packages(os_name), *lab_toolkit_packages_for(os_name),
                   *(dcgm.dcgm_package(v) for v in dcgm.DCGM_VERSIONS)],
-        CONTAINER_TOOLKIT_DIR: list(container.packages()),
+        CONTAINER_TOOLKIT_DIR: [*container_toolkit_packages()],
     }
     if os_name == "ubuntu2004":
         wanted["ubuntu2004-archive"] = list(lab_ubuntu_archive_packages(debian_kernel))
