@@ -5,6 +5,8 @@ The container gets the DCGM stand-ins of gpuprov/standin/dcgm.py as a signed apt
 3.3.5-3.4.1 and 3.3.9-3.6.1, which exit with "API version mismatch" against another engine). The tests run
 playbooks/monitoring.yml through gpuprov.runner in order, on one container:
 
+0. in check mode, before the repository is configured (a fresh host, where the nvidia_driver role configures it
+   in the same run), the DCGM install is reported, not failed;
 1. an exporter configured for another DCGM is refused before anything is installed, naming both versions
    and the fix;
 2. the matching pair converges and the endpoint serves DCGM series;
@@ -28,7 +30,7 @@ import pytest
 
 from gpuprov.runner import RunResult
 from gpuprov.standin.dcgm import build
-from tests.integration.kernel_lab import exec_ok, run
+from tests.integration.kernel_lab import exec_ok, run, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -110,6 +112,27 @@ def metrics(box: dict[str, Any]) -> str:
     rc, out = box["container"].exec_run(["python3", "-c", FETCH])
     assert rc == 0, out.decode(errors="replace")
     return str(out.decode(errors="replace"))
+
+
+def test_check_mode_before_the_repository_is_configured_reports_the_install(box: dict[str, Any]) -> None:
+    """On a fresh host the CUDA repository (DCGM's source) is configured by the nvidia_driver role earlier in the
+    same run; in check mode it is not there yet, so the role reports the DCGM install instead of failing."""
+    name = box["container"].name
+    listed = "/etc/apt/sources.list.d/gpuprov-standin-dcgm.list"
+    exec_ok(box["container"], f"mv {listed} /root/dcgm.list && apt-get update -qq")
+    try:
+        result = run(box["container"], "monitoring.yml", box["state"], {
+            "monitoring_dcgm_version": "3.3.5", "monitoring_node_exporter": "false",
+            "monitoring_dcgm_exporter_url": URL + box["manifest"]["exporters"]["3.3.5-3.4.1"]["path"],
+            "monitoring_dcgm_exporter_sha256": box["manifest"]["exporters"]["3.3.5-3.4.1"]["sha256"]}, check=True)
+    finally:
+        exec_ok(box["container"], f"mv /root/dcgm.list {listed} && apt-get update -qq")
+    assert result.failed_hosts == [], failure_text(result, name)
+    assert result.hosts[name].changed > 0
+    planned = task_results(result, "dcgm | Report the DCGM check mode would install from a repository not "
+                                   "configured yet")
+    assert planned and "Would install datacenter-gpu-manager=1:3.3.5" in planned[0]["msg"], planned
+    assert installed_dcgm(box) == ""
 
 
 def test_b22_exporter_configured_for_another_dcgm_is_refused(box: dict[str, Any]) -> None:
