@@ -102,7 +102,8 @@ class Monitoring(Strict):
     enabled: bool = True
     dcgm_version: LibVersion | None = None
     dcgm_exporter_image: Name | None = None
-    dcgm_exporter_version: DcgmExporterVersion | None = None  # "<dcgm>-<exporter>", e.g. 3.3.5-3.4.1 (case B22)
+    # "<dcgm>-<exporter>", e.g. 3.3.5-3.4.1; its DCGM part must be dcgm_version (docs/monitoring.md)
+    dcgm_exporter_version: DcgmExporterVersion | None = None
     dcgm_exporter_url: UrlOrEnv | None = None
     dcgm_exporter_sha256: Sha256 | None = None
     node_exporter: bool = True
