@@ -1,5 +1,5 @@
 """Real state after the nvidia_driver role: the driver set at its version and held, the module DKMS built for
-the host's kernel, nvidia-persistenced running, and Fabric Manager running on the NVSwitch host only.
+the host's kernel, nvidia-persistenced running, and no Fabric Manager on a host without NVSwitch.
 
 A container shares the host's kernel: the module is built and found by ``modinfo -k``, never loaded.
 """
@@ -16,10 +16,6 @@ SET = ("nvidia-driver-535", "nvidia-dkms-535", "libnvidia-compute-535", "nvidia-
 
 def kernel(host):
     return json.loads(host.file("/etc/ansible/facts.d/gpuprov.fact").content_string)["booted_kernel"]
-
-
-def nvswitch(host):
-    return "debian12" in host.backend.get_hostname()
 
 
 def test_driver_set_is_installed_at_the_version_and_held(host):
@@ -53,12 +49,6 @@ def test_persistence_daemon_runs(host):
     assert service.is_enabled
 
 
-def test_fabric_manager_only_on_the_nvswitch_host(host):
-    package = host.package("nvidia-fabricmanager-535")
-    if nvswitch(host):
-        assert package.is_installed and package.version == host.package("nvidia-driver-535").version
-        assert "nvidia-fabricmanager-535" in host.check_output("apt-mark showhold").split()
-        assert host.service("nvidia-fabricmanager").is_running
-        assert host.service("nvidia-fabricmanager").is_enabled
-    else:
-        assert not package.is_installed
+def test_no_fabric_manager_without_nvswitch(host):
+    assert not host.package("nvidia-fabricmanager-535").is_installed
+    assert not host.file("/lib/systemd/system/nvidia-fabricmanager.service").exists
