@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from gpuprov.cli import output
+from gpuprov.cli.options import limit_option
 from gpuprov.exceptions import ConfigError, DriftFound, HostsFailed
 
 STYLE = {"fail": "red", "warn": "yellow", "info": "dim"}
@@ -34,7 +35,7 @@ def _print(console: Console, title: str, diagnoses: list[dict[str, Any]], fixes:
 @click.command("doctor")
 @click.argument("fleet", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Diagnose this machine (the default without FLEET).")
-@click.option("--limit", "-l", metavar="PATTERN", help="Ansible host pattern (with FLEET only).")
+@limit_option("Ansible host pattern (with FLEET only).")
 @click.option("--fix", is_flag=True, help="Perform the safe repairs (persistence mode, modprobe, dkms autoinstall).")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts summary and diagnoses as JSON.")
 @click.option("--window", type=click.FloatRange(min=0), default=10.0, show_default=True, metavar="SECONDS",

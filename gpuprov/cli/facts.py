@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from gpuprov.cli import output
+from gpuprov.cli.options import limit_option
 from gpuprov.exceptions import ConfigError, HostsFailed
 from gpuprov.facts import fleet_facts, gpu_table, local_facts, require_available
 
@@ -52,7 +53,7 @@ def _fleet(fleet: Path, limit: str | None, as_json: bool, strict: bool, console:
 
 @click.command("facts")
 @click.argument("fleet", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--limit", "-l", metavar="PATTERN", help="Ansible host pattern (with FLEET only).")
+@limit_option("Ansible host pattern (with FLEET only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of a table.")
 @click.option("--strict", is_flag=True,
               help="Exit 4 (locally) or 3 (fleet) when NVML is unavailable or a GPU is lost, also with --json.")

@@ -1,7 +1,8 @@
-"""Options shared by ``gpuprov apply`` and ``gpuprov check``."""
+"""Options shared by the commands: the run options of ``gpuprov apply`` and ``gpuprov check``, and ``--limit``."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 BRANCH_CHANGE_VAR = "nvidia_driver_branch_change_ok"
 
 
+def _host_pattern(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a ``--limit`` that names no host: an unset shell variable (``--limit "$HOSTS"``) gives ``''``, which
+    Ansible would take as no limit at all and run on every host."""
+    if value is not None and not any(part.strip() for part in re.split(r"[,:]", value)):
+        raise click.BadParameter(
+            f"{value!r} names no host or group; give a pattern such as gpu-01 or 'gpu-*,!gpu-09', or leave "
+            "--limit out to run on every host", param=param)
+    return value
+
+
+def limit_option(help_text: str) -> Callable[[F], F]:
+    """The ``--limit``/``-l PATTERN`` option (an Ansible host pattern) with ``help_text``; an empty pattern is a
+    usage error (exit 2)."""
+    return click.option("--limit", "-l", metavar="PATTERN", callback=_host_pattern, help=help_text)
+
+
 def run_options(func: F) -> F:
     """Decorate a click command with the fleet argument and the run options of apply/check."""
     decorators = [
@@ -26,7 +43,7 @@ def run_options(func: F) -> F:
                      help="Run only this role's playbook (repeatable; site order is kept)."),
         click.option("--tags", "-t", metavar="TAGS", help="Only tasks/plays with these tags (comma-separated)."),
         click.option("--skip-tags", metavar="TAGS", help="Skip tasks/plays with these tags."),
-        click.option("--limit", "-l", metavar="PATTERN", help="Ansible host pattern (host or group names)."),
+        limit_option("Ansible host pattern (host or group names)."),
         click.option("-e", "--extra-vars", "extravars", multiple=True, metavar="KEY=VALUE",
                      help="Extra variable (repeatable)."),
         click.option("--forks", "-f", type=int, default=10, show_default=True, help="Hosts in parallel."),

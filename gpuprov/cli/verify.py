@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gpuprov.cli import output
+from gpuprov.cli.options import limit_option
 from gpuprov.exceptions import ConfigError
 
 
@@ -14,7 +15,7 @@ from gpuprov.exceptions import ConfigError
 @click.argument("fleet", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--local", "local", is_flag=True,
               help="Verify this machine over a local connection (with FLEET: the --limit host's settings).")
-@click.option("--limit", "-l", metavar="PATTERN", help="Ansible host pattern (with FLEET only).")
+@limit_option("Ansible host pattern (with FLEET only).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the reports and the fleet summary as JSON to this path.")
 @click.option("-e", "--extra-vars", "extravars", multiple=True, metavar="KEY=VALUE",
