@@ -36,22 +36,44 @@ QUEUE_ENVVAR = "GPUPROV_IMAGES_QUEUE"
 
 
 def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
-    """Every image path named by ``sources``, absolute, in the order given (folders sorted)."""
+    """Every image path named by ``sources``, absolute, in the order given (folders sorted).
+
+    Raises :class:`ConfigError` (exit 2) for a source that names no image: missing, a device, pipe or socket
+    (``/dev/zero``), a folder without image files, a glob matching no file, a manifest without entries.
+    """
     for src in sources:
-        path = Path(src)
-        if path.is_dir():
-            yield from sorted(
-                p.resolve() for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-            )
-        elif path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
-            yield from _manifest(path)
-        elif path.is_file():
-            yield path.resolve()
-        else:
-            matches = sorted(glob.glob(src, recursive=True))  # noqa: PTH207 - absolute patterns too
-            if not matches:
-                raise ConfigError(f"{src}: no such file, folder or matching glob")
-            yield from (Path(m).resolve() for m in matches if Path(m).is_file())
+        named = False
+        for image in _source(src):
+            named = True
+            yield image
+        if not named:
+            raise ConfigError(f"{src}: {_why_empty(Path(src))}; name image files ({', '.join(sorted(IMAGE_SUFFIXES))}),"
+                              " folders holding them, globs or manifests (.txt, .jsonl)")
+
+
+def _source(src: str) -> Iterator[Path]:
+    path = Path(src)
+    if path.is_dir():
+        yield from sorted(p.resolve() for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    elif path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
+        yield from _manifest(path)
+    elif path.is_file():
+        yield path.resolve()
+    elif not path.exists():
+        matches = sorted(glob.glob(src, recursive=True))  # noqa: PTH207 - absolute patterns too
+        if not matches:
+            raise ConfigError(f"{src}: no such file, folder or matching glob")
+        yield from (Path(m).resolve() for m in matches if Path(m).is_file())
+
+
+def _why_empty(path: Path) -> str:
+    if path.is_dir():
+        return "the folder holds no image file"
+    if path.is_file():
+        return "the manifest lists no image"
+    if path.exists():
+        return "not a regular file (a device, pipe or socket)"
+    return "the glob matches no file"
 
 
 def _manifest(path: Path) -> Iterator[Path]:
@@ -89,6 +111,16 @@ def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s
         raise ConfigError(f"--model {model}: no such file; give a TorchScript (.pt) or ONNX (.onnx) file")
     if batch != "auto" and not (batch.isdigit() and int(batch) > 0):
         raise ConfigError(f"--batch {batch}: expected auto or a positive number")
+
+
+def _make_out(out: Path) -> None:
+    """Create the ``--out`` folder; :class:`ConfigError` (exit 2) when it cannot be (read-only, no permission, a
+    file in the way)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create the folder ({exc.strerror}); give a folder this user can "
+                          "write") from exc
 
 
 def _installed(module: str) -> bool:
@@ -188,7 +220,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, task_label, write_manifest
 
     _check_run_options(task, model, batch, lease_s)
-    out.mkdir(parents=True, exist_ok=True)
+    _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
     if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
         # checked here, not in each worker, where it would surface as "worker exited with 2"

@@ -1,7 +1,8 @@
 """Prometheus metrics for ``gpuprov images run``: images/s and totals per worker, queue depth, GPU use.
 
 Served by the supervisor on ``--metrics-port`` through prometheus_client (optional: without it,
-asking for a port raises :class:`EnvironmentMissing`). GPU utilisation is read through NVML.
+asking for a port raises :class:`EnvironmentMissing`; a port it cannot listen on, :class:`ConfigError`). GPU
+utilisation is read through NVML.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.exceptions import ConfigError, EnvironmentMissing
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,11 @@ class Metrics:
         self.batch = prom.Gauge("gpuprov_images_batch_size", "Current batch size per slot", ["slot"], registry=registry)
         self.queue = prom.Gauge("gpuprov_queue_tasks", "Queue tasks per state", ["state"], registry=registry)
         self.gpu_util = prom.Gauge("gpuprov_gpu_utilization_pct", "GPU utilisation (NVML)", ["uuid"], registry=registry)
-        prom.start_http_server(port, registry=registry)  # type: ignore[arg-type]
+        try:
+            prom.start_http_server(port, registry=registry)  # type: ignore[arg-type]
+        except OSError as exc:  # EADDRINUSE, EACCES below 1024
+            raise ConfigError(f"--metrics-port {port}: cannot listen there ({exc.strerror}); choose a free port, "
+                              "or leave --metrics-port out") from exc
         log.info("metrics on :%s/metrics", port)
 
     def worker(self, slot: str, done: int, failed: int, batch: int, now: float) -> None:

@@ -63,7 +63,8 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
     """Open the queue at ``url`` (creating it if needed, unless ``create`` is False); see the module
     docstring for the forms.
 
-    Raises :class:`QueueURLError` for an unknown scheme, option or bad value,
+    Raises :class:`QueueURLError` for an unknown scheme, option or bad value (a sqlite path that is a folder,
+    a Redis database that is not a number),
     :class:`QueueMissing` (exit 2) when ``create`` is False and a sqlite queue's file does not exist
     (``status`` must not leave an empty queue behind), and :class:`QueueUnavailable` when the store
     cannot be opened or reached. A Redis stream is created by the first submit; without ``create``
@@ -83,6 +84,9 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
             path = str(Path(path).expanduser())
         if not path or path == "/":
             raise QueueURLError(f"{url}: expected sqlite:///abs/path.db or sqlite:relative/path.db")
+        if Path(path).is_dir():
+            raise QueueURLError(f"{url}: {path} is a folder; name the queue's file in it, e.g. "
+                                f"sqlite://{Path(path).resolve() / 'queue.db'}")
         if not create and not Path(path).is_file():
             raise QueueMissing(f"{url}: no queue at {path}; `gpuprov images submit` creates it")
         if not create and not _is_sqlite_queue(Path(path)):
@@ -93,6 +97,10 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
 
         from gpuprov.images.queue.redis import DEFAULT_STREAM, RedisQueue
 
+        # redis-py reads the db from the path and takes anything but digits as db 0 without a word
+        if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+            raise QueueURLError(f"{url}: the path names the Redis database by number (redis://host:6379/0), "
+                                f"not {parts.path.strip('/')!r}; the stream's name goes in ?stream=NAME")
         stream = options.pop("stream", DEFAULT_STREAM)
         if not stream:
             raise QueueURLError(f"{url}: stream must not be empty")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +124,46 @@ def test_another_task_on_a_queue_with_results_exits_2(tmp_path: Path, capsys: py
     assert "made by task 'stats', this run asks for 'thumbnail'" in err and "new queue" in err
     assert not (tmp_path / "b" / "manifest.jsonl").exists()
     assert main([*run, "--out", str(tmp_path / "c"), "--task", "stats"]) == 0
+
+
+def test_an_out_folder_that_cannot_be_created_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    queue = tmp_path / "q.db"
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder's parent should be")
+    code = main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", str(blocker / "out"), "--gpus", "cpu",
+                 "--task", "stats"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--out {blocker / 'out'}: cannot create the folder" in err and "Traceback" not in err, err
+    assert not queue.exists()
+
+
+def test_a_metrics_port_in_use_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("prometheus_client")
+    queue = tmp_path / "q.db"
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", str(tmp_path / "out"), "--gpus",
+                     "cpu", "--task", "stats", "--metrics-port", str(port)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--metrics-port {port}: cannot listen there" in err and "Traceback" not in err, err
+    assert not queue.exists()
+
+
+@pytest.mark.parametrize(("make", "why"), [
+    (lambda d: Path("/dev/zero"), "not a regular file"),
+    (lambda d: (d / "empty").mkdir() or d / "empty", "the folder holds no image file"),
+    (lambda d: (d / "m.txt").write_text("# only a comment\n") and d / "m.txt", "the manifest lists no image"),
+    (lambda d: (d / "sub").mkdir() or Path(str(d / "s*")), "the glob matches no file"),
+])
+def test_a_source_that_names_no_image_exits_2_before_creating_the_queue(
+        make: Any, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = make(tmp_path)
+    queue = tmp_path / "q.db"
+    assert main(["images", "submit", "--queue", f"sqlite:///{queue}", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert f"{source}: {why}" in err and "Traceback" not in err, err
+    assert not queue.exists()

@@ -43,6 +43,8 @@ def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
         "sqlite:q.db?lease_s=-1",
         "sqlite:q.db?colour=blue",
         "redis://127.0.0.1:1/0?stream=",
+        "redis://127.0.0.1:1/abc",
+        "rediss://127.0.0.1:1/queue?stream=s",
     ],
 )
 def test_bad_urls_are_usage_errors(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,3 +213,17 @@ def test_sqlite_home_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     q = open_queue("sqlite:~/q.db")
     q.close()
     assert (tmp_path / "home" / "q.db").is_file() and not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_sqlite_path_that_is_a_folder_is_named_as_one(create: bool, tmp_path: Path) -> None:
+    with pytest.raises(QueueURLError, match=rf"{tmp_path} is a folder; name the queue's file in it") as err:
+        open_queue(f"sqlite://{tmp_path}", create=create)
+    assert err.value.exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("path", ["", "/", "/3"])
+def test_a_redis_database_by_number_or_none_is_taken(path: str) -> None:
+    # past the URL checks, the queue connects: nothing listens on port 1
+    with pytest.raises(QueueUnavailable):
+        open_queue(f"redis://127.0.0.1:1{path}")
