@@ -42,7 +42,7 @@ from queue import Full
 from queue import Queue as Channel
 from typing import Any, TypeVar
 
-from gpuprov.exceptions import EXIT_USAGE, ConfigError, EnvironmentMissing, GpuprovError
+from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, EnvironmentMissing, GpuprovError
 from gpuprov.images.pipeline import (
     Backoff,
     Decoded,
@@ -53,13 +53,12 @@ from gpuprov.images.pipeline import (
     release_memory,
     torch_modules,
 )
-from gpuprov.images.queue import Queue, Task, open_queue
+from gpuprov.images.queue import Queue, QueueUnavailable, Task, open_queue
 from gpuprov.images.tasks import Item, atomic_write, make_task, sweep_temp_files, synthetic_items
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-EXIT_DEVICE_MISMATCH = 4
 MAX_RESTARTS = 100
 DEFAULT_PROCS_PER_GPU = 4
 """Worker processes per GPU when not given. Measured on one H200 (docs/benchmarks.md, 2026-12-01, 200,000
@@ -548,13 +547,14 @@ def _child_main() -> None:
             prof.dump_stats(str(Path(profile_dir) / f"worker-{os.getpid()}.prof"))
             return
         worker_main(cfg, emit)
-    except DeviceMismatch as exc:
-        print(json.dumps({"event": "error", "error": exc.message}), flush=True)
-        sys.exit(EXIT_DEVICE_MISMATCH)
     except GpuprovError as exc:
         print(json.dumps({"event": "error", "error": exc.message}), flush=True)
         if exc.exit_code == EXIT_USAGE:  # a bad model, option or queue URL: a restart would fail the same way
             sys.exit(EXIT_USAGE)
+        if isinstance(exc, EnvironmentMissing) and not isinstance(exc, QueueUnavailable):
+            # the wrong device, a missing package (onnxruntime for an .onnx model): a restart fails the same way.
+            # An unreachable queue may come back, so that worker is restarted.
+            sys.exit(EXIT_ENVIRONMENT)
         raise
 
 
@@ -574,6 +574,13 @@ class SlotState:
     restarts: int = 0
     finished: bool = False
     error: str | None = None  # the message of the worker's last "error" event
+    reader: threading.Thread | None = None  # reads the worker's events
+
+    def last_error(self, default: str) -> str:
+        """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
+        if self.reader is not None:
+            self.reader.join(timeout=5)
+        return self.error or default
 
     @property
     def total_done(self) -> int:
@@ -609,7 +616,8 @@ def supervise(
             [sys.executable, "-m", "gpuprov.images.worker", cfg],
             stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
         )  # fmt: skip
-        threading.Thread(target=read, args=(st, st.proc), daemon=True).start()
+        st.reader = threading.Thread(target=read, args=(st, st.proc), daemon=True)
+        st.reader.start()
 
     def read(st: SlotState, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
@@ -654,12 +662,12 @@ def _run_slots(
                 continue
             if rc == 0:
                 st.finished = True
-            elif rc == EXIT_DEVICE_MISMATCH:
+            elif rc == EXIT_ENVIRONMENT:
                 _stop(states)
-                raise DeviceMismatch(f"{st.slot.name}: worker opened the wrong device (see its log)")
+                raise EnvironmentMissing(f"{st.slot.name}: {st.last_error('worker exited with 4 (see its log)')}")
             elif rc == EXIT_USAGE:
                 _stop(states)
-                raise ConfigError(f"{st.slot.name}: {st.error or 'worker exited with 2 (bad configuration)'}")
+                raise ConfigError(f"{st.slot.name}: {st.last_error('worker exited with 2 (bad configuration)')}")
             elif st.restarts >= MAX_RESTARTS:
                 _stop(states)
                 raise EnvironmentMissing(f"{st.slot.name}: worker exited with {rc} ({st.restarts} restarts)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -332,6 +333,32 @@ def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_p
     cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "pair.pt"), batch=2, size=8)
     with pytest.raises(ConfigError, match="forward returned tuple"):
         supervise(cfg, [Slot("cpu0")], lambda st, ev: None)
+
+
+def test_a_worker_missing_a_package_stops_the_run_with_exit_4_at_once(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An .onnx model where onnxruntime cannot be imported: every restart would fail the same way, so the first
+    worker's exit ends the run with its reason (exit 4), with no restart."""
+    from gpuprov.exceptions import EXIT_ENVIRONMENT, EnvironmentMissing
+    from gpuprov.images import worker
+
+    shadow = tmp_path / "shadow" / "onnxruntime"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('onnxruntime is not installed here')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shadow.parent), os.environ.get("PYTHONPATH")])))
+    (tmp_path / "m.onnx").write_bytes(b"not read: the import fails first")
+    url = f"sqlite:///{tmp_path}/q.db"
+    q = open_queue(url)
+    img = tmp_path / "a.png"
+    Image.new("RGB", (12, 10), (10, 20, 30)).save(img)
+    q.submit([{"path": str(img)}])
+    q.close()
+    cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "m.onnx"), batch=2, size=8)
+    seen: list[worker.SlotState] = []
+    with pytest.raises(EnvironmentMissing, match="ONNX models need onnxruntime") as err:
+        worker.supervise(cfg, [Slot("cpu0"), Slot("cpu1")], lambda st, ev: seen.append(st))
+    assert err.value.exit_code == EXIT_ENVIRONMENT
+    assert all(st.restarts == 0 for st in seen)
 
 
 class _RecordingQueue:
