@@ -228,7 +228,10 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
                 "model": "{{ gpuprov_gpus_model | default(none) }}",
                 "count": "{{ gpuprov_gpus_count | default(none) }}",
                 "nvswitch": "{{ gpuprov_gpus_nvswitch | default(false) | bool }}",
-                "driver_version": "{{ gpuprov_driver_version | default(none) }}"}}},
+                "driver_version": "{{ gpuprov_driver_version | default(none) }}",
+                # the PCIe link the board is built for, as bios_check reads it (roles/bios_check/defaults/main.yml)
+                "pcie_width": "{{ gpuprov_bios_check_pcie_width | default(16) }}",
+                "pcie_gen": "{{ gpuprov_bios_check_pcie_gen | default('auto') }}"}}},
             {"name": "Read the platform", "platform_info": {
                 **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}", "daemons": True,
                 "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},

@@ -91,7 +91,8 @@ def _explain(err: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
     if kind == "missing":
         return "required field is missing", f"add `{loc[-1]}:` here"
     if kind == "literal_error":
-        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        # pydantic words them "'auto', 1, 2 or 3": quoted strings and bare numbers
+        choices = [text or number for text, number in re.findall(r"'([^']*)'|(-?\d+)", str(ctx.get("expected", "")))]
         return f"{describe(value)} is not a valid choice", suggest_fix(value, choices)
     if kind in _KIND:
         want = _KIND[kind]

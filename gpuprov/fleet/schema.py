@@ -28,6 +28,8 @@ from gpuprov.fleet.types import (
     HostPath,
     LibVersion,
     Name,
+    PcieGen,
+    PcieWidth,
     Port,
     Secret,
     Sha256,
@@ -160,7 +162,8 @@ Severity = Literal["fail", "warn", "info"]
 
 
 class BiosCheck(Strict):
-    """bios_check thresholds: which severities fail a host, RAM, PSU headroom, load, BAR1 and severity overrides."""
+    """bios_check thresholds: which severities fail a host, RAM, PSU headroom, load, BAR1, the PCIe link each GPU's
+    slot is built for (lanes; generation, auto: the GPU's own) and severity overrides."""
 
     fail_on: list[Severity] = ["fail"]
     min_ram_gb: PositiveInt = 64
@@ -168,6 +171,8 @@ class BiosCheck(Strict):
     psu_headroom_pct: Annotated[int, Field(ge=0, le=200)] = 25
     load_utilization_pct: Annotated[int, Field(ge=1, le=100)] = 50
     min_bar1_mib: AutoOrPositive = "auto"
+    pcie_width: PcieWidth = 16
+    pcie_gen: PcieGen = "auto"
     vfio_hypervisor: bool = False
     severity: dict[FindingId, Severity] = {}
 

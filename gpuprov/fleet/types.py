@@ -232,6 +232,23 @@ def _auto_or_positive(value: object) -> str | int:
     raise fail(f"expected auto or a positive number, got {value!r}", "write auto or a number such as 16")
 
 
+def _number_of(choices: tuple[int, ...], word: str | None = None) -> Any:
+    """A validator taking one of ``choices`` (a number, never a boolean or a quoted number) or ``word``."""
+    allowed = ", ".join([*([word] if word else []), *map(str, choices)])
+
+    def check(value: object) -> str | int:
+        if word is not None and value == word:
+            return word
+        if isinstance(value, int) and not isinstance(value, bool) and value in choices:
+            return value
+        if isinstance(value, str) and value.strip().isdigit() and int(value) in choices:
+            raise fail(f"expected a number, got the string {value!r}", f"write it without quotes: {int(value)}")
+        shown = f"a {_type_name(value)}" if isinstance(value, bool | dict | list) or value is None else repr(value)
+        raise fail(f"{shown} is not one of {allowed}", f"write one of {allowed}")
+
+    return check
+
+
 def _check_name(value: object) -> str:
     text = require_str(value, "a name", "default")
     if not text.strip():
@@ -310,3 +327,6 @@ FindingId = Annotated[str, PlainValidator(_check_finding_id)]
 AllOrIndexes = Annotated[str | list[int], PlainValidator(_all_or_indexes)]
 WorkerGpus = Annotated[str | list[int], PlainValidator(_worker_gpus)]
 AutoOrPositive = Annotated[str | int, PlainValidator(_auto_or_positive)]
+#: PCIe lanes of a slot, and a PCIe generation or auto
+PcieWidth = Annotated[int, PlainValidator(_number_of((1, 2, 4, 8, 16)))]
+PcieGen = Annotated[str | int, PlainValidator(_number_of((1, 2, 3, 4, 5, 6), "auto"))]

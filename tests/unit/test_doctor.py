@@ -129,6 +129,16 @@ def test_pcie_downtrained(mock_lib_dir: Path, tmp_path: Path) -> None:
     assert d["subject"] == "0000:47:00.0" and "reseat the card" in d["fix"] and not d["fixable"]
 
 
+def test_pcie_link_the_fleet_declares_is_not_degraded(mock_lib_dir: Path, tmp_path: Path) -> None:
+    """Doctor on a fleet host reads the link the fleet file declares (bios_check.pcie_width / pcie_gen, as the
+    doctor play templates them: strings), as bios_check does; a link below the declared one is still degraded."""
+    facts = collect(mock_lib_dir, tmp_path, "pcie-downtrained", a100_tree())
+    declared = dict(facts, expected={"pcie_width": "4", "pcie_gen": "3"})
+    assert "pcie_link_degraded" not in ids(doctor.diagnose(declared))
+    wider = dict(facts, expected={"pcie_width": "8", "pcie_gen": "auto"})
+    assert only(doctor.diagnose(wider), "pcie_link_degraded")["subject"] == "0000:47:00.0"
+
+
 def test_above4g_off(mock_lib_dir: Path, tmp_path: Path) -> None:
     found = doctor.diagnose(collect(mock_lib_dir, tmp_path, "above4g-off", healthy_h200()))
     assert ids(found) == ["bar1_too_small", "bar1_too_small"]

@@ -14,7 +14,8 @@ Input: one host's ``facts`` dict (every key optional; a missing key means "not c
     holders:  [{pid, command, devices}] processes holding /dev/nvidia* (fuser -v or a /proc/*/fd scan)
     nvml_pids: pids NVML lists as running on any GPU, or None when unknown
     daemons:  NVIDIA daemons running (gpuprov_health.running_daemons), or None when unknown
-    expected: what the fleet file expects of the host {model, count, nvswitch, driver_version}, or None locally
+    expected: what the fleet file expects of the host {model, count, nvswitch, driver_version, pcie_width,
+              pcie_gen}, or None locally
 
 Output: diagnoses ``{id, severity (fail|warn|info), subject, evidence, fix, fixable, action}``; ``action`` is
 the argv of the safe repair when ``fixable`` (see docs/doctor.md). bios_check's PCIe, BAR and lost-GPU rules
@@ -443,13 +444,27 @@ def _holders(facts, out):
         )
 
 
+def _link_settings(facts):
+    """bios_check's settings for the PCIe link the fleet file declares (``expected`` pcie_width, pcie_gen; numbers
+    may arrive as strings from Ansible's templating); {} locally, where bios_check's defaults apply."""
+    expected = facts.get("expected") or {}
+    out = {}
+    for key in ("pcie_width", "pcie_gen"):
+        value = expected.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int) or value == "auto":
+            out[key] = value
+    return out
+
+
 def diagnose(facts, findings_evaluate=None):
     """Return the diagnoses for one host's ``facts`` (see the module docstring), sorted by severity and id."""
     facts = facts or {}
     out = _Out()
     _bus_and_driver(facts, out)
     if findings_evaluate is not None and (facts.get("platform") is not None or facts.get("nvml")):
-        for finding in findings_evaluate(facts.get("platform") or {}, facts.get("nvml") or {}, {}):
+        for finding in findings_evaluate(facts.get("platform") or {}, facts.get("nvml") or {}, _link_settings(facts)):
             if finding["id"] in FINDINGS_KEPT:
                 out.add(finding["id"], finding["severity"], finding["subject"], finding["evidence"], finding["fix"])
     _gpu_state(facts, out)

@@ -26,7 +26,11 @@ DEFAULTS = {
     "psu_watts": None,
     "psu_headroom_pct": 25,
     "load_utilization_pct": 50,
-    "gpu_pcie_width": 16,
+    # the link each GPU's slot is built for: x16, or fewer lanes where the board splits them by design (four
+    # cards on 16 lanes as four x8); "auto" generation is the GPU's own, a number caps it (a Gen5 GPU in a Gen4
+    # server)
+    "pcie_width": 16,
+    "pcie_gen": "auto",
     "min_bar1_mib": "auto",
     "expected_gpu_model": None,
     "expected_gpu_count": None,
@@ -309,18 +313,20 @@ def _bars(out, platform, gpus, s):
 
 def _pcie(out, gpus, s):
     load = s.get("load_utilization_pct") or 50
-    width_cap = s.get("gpu_pcie_width") or 16
+    width_cap = s.get("pcie_width") or 16
+    gen_cap = s.get("pcie_gen")
     for gpu in _usable_gpus(gpus):
         pcie = gpu.get("pcie") or {}
         bus = norm_bus(gpu.get("pci_bus_id_sysfs")) or "gpu{}".format(gpu.get("index"))
         gen_max, gen_gpu, width_max = pcie.get("gen_max"), pcie.get("gen_gpu_max"), pcie.get("width_max")
         gen_cur, width_cur = pcie.get("gen_current"), pcie.get("width_current")
         util = (gpu.get("live") or {}).get("utilization_gpu_pct")
+        gen_wanted = min(gen_gpu, gen_cap) if isinstance(gen_gpu, int) and isinstance(gen_cap, int) else gen_gpu
         link = (
-            f"Gen{gen_max} x{width_max} (now Gen{gen_cur} x{width_cur}, "
-            f"GPU capable of Gen{gen_gpu} x{width_cap}, utilisation {util}%)"
+            f"Gen{gen_max} x{width_max} (now Gen{gen_cur} x{width_cur}; GPU capable of Gen{gen_gpu}, "
+            f"slot expected at Gen{gen_wanted} x{width_cap}; utilisation {util}%)"
         )
-        degraded_gen = isinstance(gen_max, int) and isinstance(gen_gpu, int) and gen_max < gen_gpu
+        degraded_gen = isinstance(gen_max, int) and isinstance(gen_wanted, int) and gen_max < gen_wanted
         degraded_width = isinstance(width_max, int) and width_max < width_cap
         if degraded_gen or degraded_width:
             out.add(
@@ -329,7 +335,9 @@ def _pcie(out, gpus, s):
                 bus,
                 "GPU {} ({}): the slot trained at {}".format(bus, gpu.get("name"), link),
                 "reseat the card / move it to an x%d Gen%s slot / check the riser and cabling; set the "
-                "slot's link speed to Auto/Gen%s in firmware" % (width_cap, gen_gpu or "4", gen_gpu or "4"),
+                "slot's link speed to Auto/Gen%s in firmware; a board built for fewer lanes or an older generation "
+                "is declared in the fleet file (bios_check.pcie_width, bios_check.pcie_gen)"
+                % (width_cap, gen_wanted or "4", gen_wanted or "4"),
             )
         elif (
             isinstance(util, (int, float))

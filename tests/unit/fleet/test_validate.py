@@ -105,6 +105,12 @@ MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "settings.mig.layouts.all-1g[0].mig_devices.1g.11gb": ("unknown MIG profile", "did you mean '1g.18gb'"),
         "settings.mig.layouts.spare": ("fits none", "H200: MIG profile '1g.10gb' is not one of H200's"),
     },
+    "bios_check_pcie_link.yml": {
+        "settings.bios_check.pcie_width": ("12 is not one of 1, 2, 4, 8, 16",),
+        "settings.bios_check.pcie_gen": ("7 is not one of auto, 1, 2, 3, 4, 5, 6",),
+        "hosts.gpu01.settings.bios_check.pcie_width": ("a boolean",),
+        "hosts.gpu01.settings.bios_check.pcie_gen": ("without quotes: 4",),
+    },
 }
 #: credentials written into fields (address_credentials.yml) and the parts around them
 NEVER_PRINTED: dict[str, tuple[str, ...]] = {

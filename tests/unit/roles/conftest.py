@@ -45,6 +45,9 @@ def gpu_pci_info() -> ModuleType:
 
 
 _load("ansible.module_utils.gpuprov_findings", COMMON / "module_utils" / "gpuprov_findings.py")
+# platform_info imports it (after gpuprov_findings, which it imports): without it here these tests passed only
+# when another test file of the same process had loaded it first
+_load("ansible.module_utils.gpuprov_health", COMMON / "module_utils" / "gpuprov_health.py")
 
 
 @pytest.fixture(scope="session")

@@ -113,6 +113,36 @@ def test_pcie_downtrained_fails_with_fix(findings_rules: ModuleType, profile_fac
     assert "x16 Gen4 slot" in finding["fix"]
 
 
+def _link(facts: Any, index: int, gen: int, width: int) -> Any:
+    """``facts`` with GPU ``index``'s negotiated (maximum and current) link set to Gen``gen`` x``width``."""
+    facts = json.loads(json.dumps(facts))
+    pcie = facts["gpus"][index]["pcie"]
+    pcie.update(gen_max=gen, gen_current=gen, width_max=width, width_current=width)
+    return facts
+
+
+def test_a_link_the_board_is_built_for_is_declared_not_degraded(findings_rules: ModuleType,
+                                                                 profile_facts: Any) -> None:
+    """Four cards on a board that splits 16 lanes into x8 slots, and a Gen5 GPU in a Gen4 server: degraded unless
+    the fleet file declares the slot (bios_check.pcie_width / pcie_gen); a link below the declared one still
+    fails."""
+    facts = profile_facts("h200x2")
+    gen = facts["gpus"][0]["pcie"]["gen_gpu_max"]
+    x8 = _link(facts, 0, gen, 8)
+    assert ids(findings_rules.evaluate({}, x8, H200), "fail") == [("pcie_link_degraded", H200X2_BUS[0])]
+    assert ids(findings_rules.evaluate({}, x8, {**H200, "pcie_width": 8}), "fail") == []
+    x4 = findings_rules.evaluate({}, _link(facts, 0, gen, 4), {**H200, "pcie_width": 8})
+    assert ids(x4, "fail") == [("pcie_link_degraded", H200X2_BUS[0])]
+    assert f"expected at Gen{gen} x8" in x4[0]["evidence"] and f"an x8 Gen{gen} slot" in x4[0]["fix"]
+
+    older = _link(facts, 1, gen - 1, 16)
+    assert ids(findings_rules.evaluate({}, older, H200), "fail") == [("pcie_link_degraded", H200X2_BUS[1])]
+    assert ids(findings_rules.evaluate({}, older, {**H200, "pcie_gen": gen - 1}), "fail") == []
+    # a cap above what the GPU can do changes nothing
+    assert ids(findings_rules.evaluate({}, older, {**H200, "pcie_gen": gen + 1}), "fail") == [
+        ("pcie_link_degraded", H200X2_BUS[1])]
+
+
 def test_current_link_below_max_under_load_warns(findings_rules: ModuleType, profile_facts: Any) -> None:
     facts = json.loads(json.dumps(profile_facts("pcie-idle-downclock")))
     facts["gpus"][0]["live"]["utilization_gpu_pct"] = 90
