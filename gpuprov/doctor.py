@@ -183,11 +183,13 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
         raise EnvironmentMissing("pynvml (nvidia-ml-py) is not installed and the PCI bus is unreadable: "
                                  "nothing to check (pip install nvidia-ml-py)")
     facts["pci"] = pci
-    facts["platform"] = _library("platform_info").collect(sysfs_root, proc_root, kernel_log_path, daemons=True)
+    facts["platform"] = _library("platform_info").collect(sysfs_root, proc_root, kernel_log_path, daemons=True,
+                                                          services=True)
     facts["kernel"] = kernel_facts(running_kernel)
     facts["module_log"] = module_log(kernel_log_path)
     facts["holders"] = device_holders(proc_root)
     facts["daemons"] = facts["platform"].get("daemons")
+    facts["services"] = facts["platform"].get("services")
     if pynvml is None:
         return facts
     facts["nvml"] = collect_with(pynvml)
@@ -234,7 +236,7 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
                 "pcie_gen": "{{ gpuprov_bios_check_pcie_gen | default('auto') }}"}}},
             {"name": "Read the platform", "platform_info": {
                 **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}", "daemons": True,
-                "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
+                "services": True, "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
              "register": "__doctor_platform", **ro},
             {"name": "Read GPU PCI bindings", "gpu_pci_info": roots, "register": "__doctor_pci", **ro},
             {"name": "Read kernels and DKMS", "kernel_dkms_info": {
@@ -297,6 +299,7 @@ def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
         elif task == "Read the platform":
             facts["platform"] = res.get("platform")
             facts["daemons"] = (res.get("platform") or {}).get("daemons")
+            facts["services"] = (res.get("platform") or {}).get("services")
         elif task == "Read GPU PCI bindings":
             facts["pci"] = {k: res.get(k) for k in ("devices", "modules", "loaded_modules", "bindings", "pci_readable")}
         elif task == "Read kernels and DKMS":

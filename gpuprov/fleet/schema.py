@@ -178,8 +178,8 @@ class BiosCheck(Strict):
 
 
 #: The verification ladder's steps, in its order (roles/verify/library/verify_ladder.py's STEPS).
-VerifyStep = Literal["gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "cuda_sample", "p2p",
-                     "nccl_allreduce", "container", "dcgm_diag"]
+VerifyStep = Literal["gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services",
+                     "cuda_sample", "p2p", "nccl_allreduce", "container", "dcgm_diag"]
 
 
 class Verify(Strict):

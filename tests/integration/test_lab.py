@@ -187,7 +187,8 @@ def test_main_job(lab: dict[str, Any]) -> None:
     for name, report in json.loads((cwd / "verify.json").read_text())["hosts"].items():
         steps = {s["name"]: s for s in report["steps"]}
         assert {n for n, s in steps.items() if s["status"] == "pass"} >= {
-            "gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "p2p"}, (name, steps)
+            "gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "p2p"}, (name, steps)
+        assert steps["services"]["evidence"]["services"]["nvidia-persistenced.service"]["active"] == "active"
         # the fleet file's verify.skip: the simulated GPUs run no CUDA kernel and no DCGM diagnostic
         assert steps["cuda_sample"]["reason"] == steps["dcgm_diag"]["reason"] == "not selected (verify_steps)"
         # container_runtime none: no Docker to run the smoke test with
@@ -212,6 +213,33 @@ def _assert_stack(lab: dict[str, Any], container: str, name: str) -> None:
 
 
 # -- 3. day-2 cases on the converged lab --------------------------------------------------------------------
+
+
+def test_a_stopped_service_fails_verify_and_doctor_alike(lab: dict[str, Any]) -> None:
+    """The persistence daemon stopped by hand while the mock GPUs keep persistence mode on: verify's services step
+    fails naming the unit, doctor's service_stopped says the same; started again, both are clean."""
+    path, env, cwd = str(lab["path"]), lab["env"], lab["cwd"]
+    victim = _status(lab)[0]
+    unit = "nvidia-persistenced.service"
+    subprocess.run(["docker", "exec", victim["container"], "systemctl", "stop", unit], check=True,
+                   capture_output=True)
+    try:
+        verified = gpuprov("verify", path, "--limit", victim["name"], "--json", str(cwd / "stopped.json"), env=env,
+                           cwd=cwd)
+        assert verified.returncode == 1, verified.stdout + verified.stderr
+        steps = {s["name"]: s for s in json.loads((cwd / "stopped.json").read_text())["hosts"][victim["name"]]["steps"]}
+        assert [n for n, s in steps.items() if s["status"] == "fail"] == ["services"], steps
+        assert f"{unit} is enabled but inactive" in steps["services"]["reason"]
+        doctor = gpuprov("doctor", path, "--limit", victim["name"], "--json", "--window", "1", "--samples", "1",
+                         env=env, cwd=cwd)
+        assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+        diagnoses = json.loads(doctor.stdout)["hosts"][victim["name"]]["diagnoses"]
+        assert [(d["id"], d["subject"]) for d in diagnoses if d["severity"] == "fail"] == [("service_stopped", unit)]
+    finally:
+        subprocess.run(["docker", "exec", victim["container"], "systemctl", "start", unit], check=True,
+                       capture_output=True)
+    again = gpuprov("doctor", path, "--limit", victim["name"], "--window", "1", "--samples", "1", env=env, cwd=cwd)
+    assert again.returncode == 0, again.stdout + again.stderr
 
 
 def test_drift_after_a_hand_change_and_none_after_reapply(lab: dict[str, Any]) -> None:

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from nvml_fake import FakeNvml
-from test_verify import FakeRun, _ladder
+from test_verify import FakeRun, _ladder, systemctl, unit
 
 from gpuprov import doctor
 from gpuprov.facts import collect_with
 
 #: verify step -> the doctor diagnosis id of the same rule
 SHARED = {"gpus": "gpus_unexpected", "driver_version": "driver_version_mismatch", "persistence": "persistence_off",
-          "fabric_manager": "fabric_manager"}
+          "fabric_manager": "fabric_manager", "services": "service_stopped"}
 
 
 def _no_fabric(nvml: dict[str, Any]) -> None:
@@ -38,6 +38,13 @@ def _stale_module(nvml: dict[str, Any]) -> None:
     nvml["kernel_module_version"] = "580.95.05"
 
 
+#: systemd units per case (none: systemd is not the init)
+SERVICES: dict[str, dict[str, dict[str, str]]] = {
+    "persistence daemon stopped": {"nvidia-persistenced.service": unit(active="inactive", sub="dead")},
+    "all units run": {"nvidia-persistenced.service": unit(), "gpuprov-mig.service": unit(
+        active="inactive", sub="dead", kind="oneshot")},
+}
+
 CASES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, dict[str, Any], list[str], set[str]]] = {
     # name: (change to the capture's facts, fleet expectations, daemons running, verify steps that fail)
     "healthy": (None, {"nvswitch": True, "count": 2, "model": "H200"}, [], set()),
@@ -48,6 +55,8 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, dict[str, Any], 
     "fabric still training": (_training, {"nvswitch": True}, ["nv-fabricmanager"], {"fabric_manager"}),
     "no fabric state, no fabric manager": (_no_fabric, {"nvswitch": True}, [], {"fabric_manager"}),
     "no fabric state, fabric manager runs": (_no_fabric, {"nvswitch": True}, ["nv-fabricmanager"], set()),
+    "persistence daemon stopped": (None, {}, [], {"services"}),
+    "all units run": (None, {}, [], set()),
 }
 
 
@@ -57,13 +66,18 @@ def test_verify_and_doctor_agree(case: str, tmp_path: Path) -> None:
     nvml = copy.deepcopy(collect_with(FakeNvml()))
     if change is not None:
         change(nvml)
-    ladder = _ladder(nvml, tmp_path, FakeRun({}), expected=expected)
+    services = SERVICES.get(case)
+    if services is not None:
+        (tmp_path / "systemd").mkdir()
+    ladder = _ladder(nvml, tmp_path, FakeRun({"systemctl": systemctl(services or {})}), expected=expected)
     for pid, name in enumerate(daemons, start=100):
         (tmp_path / "proc" / str(pid)).mkdir(parents=True)
         (tmp_path / "proc" / str(pid) / "comm").write_text(name[:15] + "\n")
     steps = {name: getattr(ladder, f"{name}_step")()["status"] for name in SHARED}
     assert {name for name, status in steps.items() if status == "fail"} == failing, steps
-    found = {d["id"] for d in doctor.diagnose({"nvml": nvml, "expected": expected, "daemons": daemons})}
+    facts = {"nvml": nvml, "expected": expected, "daemons": daemons, "services": ladder.services_step()["evidence"].get(
+        "services")}
+    found = {d["id"] for d in doctor.diagnose(facts)}
     assert found & set(SHARED.values()) == {SHARED[name] for name in failing}, found
 
 
@@ -77,7 +91,8 @@ def test_a_real_h200_host_passes_both(tmp_path: Path) -> None:
     report = json.loads((real / "health-verify-report.json").read_text(encoding="utf-8"))
     on_host = {s["name"]: s["status"] for s in report["steps"] if s["name"] in SHARED}
     ladder = _ladder(nvml, tmp_path, FakeRun({}), expected={"model": "H200", "count": 1})
-    assert {name: getattr(ladder, f"{name}_step")()["status"] for name in SHARED} == on_host
+    # the report predates the services step; that host has no systemd, where the step is a skip
+    assert {name: getattr(ladder, f"{name}_step")()["status"] for name in SHARED} == {**on_host, "services": "skip"}
     assert on_host == {"gpus": "pass", "driver_version": "pass", "persistence": "pass", "fabric_manager": "skip"}
     assert doctor.diagnose({"nvml": nvml, "expected": {"model": "H200", "count": 1}, "daemons": []}) == []
     assert json.loads((real / "health-doctor.json").read_text(encoding="utf-8"))["diagnoses"] == []

@@ -90,7 +90,28 @@ def _ladder(nvml: dict[str, Any], tmp_path: Path, run: FakeRun, tools: tuple[str
                             "container": {}, "dcgm": {}}
     base.update(params)
     (tmp_path / "proc").mkdir(exist_ok=True)
-    return ladder.Ladder(base, run=run, proc_root=str(tmp_path / "proc"), path=path)
+    # systemd is the init only where a test makes tmp_path/systemd (as /run/systemd/system on a host)
+    return ladder.Ladder(base, run=run, proc_root=str(tmp_path / "proc"), path=path,
+                         systemd_dir=str(tmp_path / "systemd"))
+
+
+def systemctl(states: dict[str, dict[str, str]]) -> Callable[[list[str]], tuple[int, str, str]]:
+    """A fake ``systemctl`` answering ``list-units`` and ``show`` from ``states`` ({unit: {property: value}}, the
+    properties as ``systemctl show`` names them)."""
+
+    def answer(argv: list[str]) -> tuple[int, str, str]:
+        if argv[1] == "list-units":
+            return 0, "".join(f"{unit} loaded {s['ActiveState']} {s['SubState']} x\n" for unit, s in states.items()), ""
+        blocks = ["".join(f"{key}={value}\n" for key, value in {"Id": unit, **states[unit]}.items())
+                  for unit in argv[4:] if unit in states]
+        return 0, "\n".join(blocks), ""
+
+    return answer
+
+
+def unit(enabled: str = "enabled", active: str = "active", sub: str = "running", result: str = "success",
+         kind: str = "simple") -> dict[str, str]:
+    return {"Type": kind, "UnitFileState": enabled, "ActiveState": active, "SubState": sub, "Result": result}
 
 
 SMI_L = "GPU 0: NVIDIA H200 (UUID: GPU-4269)\nGPU 1: NVIDIA H200 (UUID: GPU-d86b)\n"
@@ -127,9 +148,9 @@ def test_healthy_h200_pair_passes_every_present_rung(h200x2: dict[str, Any], tmp
     assert [s["name"] for s in report["steps"]] == list(ladder.STEPS)
     assert {n: s["status"] for n, s in steps.items()} == {
         "gpus": "pass", "nvidia_smi": "pass", "driver_version": "pass", "persistence": "pass",
-        "fabric_manager": "pass", "cuda_sample": "pass", "p2p": "pass", "nccl_allreduce": "pass",
-        "container": "skip", "dcgm_diag": "skip"}
-    assert report["status"] == "pass" and report["summary"] == {"pass": 8, "fail": 0, "skip": 2}
+        "fabric_manager": "pass", "services": "skip", "cuda_sample": "pass", "p2p": "pass",
+        "nccl_allreduce": "pass", "container": "skip", "dcgm_diag": "skip"}
+    assert report["status"] == "pass" and report["summary"] == {"pass": 8, "fail": 0, "skip": 3}
     assert steps["nccl_allreduce"]["evidence"]["min_busbw_gbps"] == 250.0
     assert steps["nccl_allreduce"]["evidence"]["threshold_source"] == "model table H200 (nvlink)"
     compile_argv = next(c for c in run.calls if Path(c[0]).name == "nvcc")
@@ -338,3 +359,24 @@ def test_fleet_exit_codes_and_summary() -> None:
     down = verify.FleetVerify(reports={"a": _report("fail")}, failed={"c": "unreachable"})
     assert down.exit_code == EXIT_HOSTS_FAILED
     assert down.to_json()["summary"]["hosts"] == 2 and down.to_json()["exit_code"] == EXIT_HOSTS_FAILED
+
+
+def test_services_every_unit_enabled_at_boot_runs(tmp_path: Path) -> None:
+    """A persistence daemon stopped by hand (enabled, inactive) fails the step even while NVML still reports
+    persistence mode on; a disabled unit and a oneshot that succeeded do not; no systemd is a skip."""
+    nvml = collect_with(FakeNvml())
+    states = {"nvidia-persistenced.service": unit(active="inactive", sub="dead"),
+              "nvidia-fabricmanager.service": unit(),
+              "dcgm-exporter.service": unit(enabled="disabled", active="inactive", sub="dead"),
+              "gpuprov-mig.service": unit(active="inactive", sub="dead", kind="oneshot"),
+              "gpuprov-worker@0.service": unit(active="failed", sub="failed", result="exit-code")}
+    run = FakeRun({"systemctl": systemctl(states)})
+    assert _ladder(nvml, tmp_path, run).services_step()["status"] == "skip"
+    (tmp_path / "systemd").mkdir()
+    result = _ladder(nvml, tmp_path, run).services_step()
+    assert result["status"] == "fail", result
+    assert result["reason"] == ("gpuprov-worker@0.service is enabled but failed (failed, result exit-code); "
+                                "nvidia-persistenced.service is enabled but inactive (dead, stopped)")
+    assert result["evidence"]["services"]["gpuprov-mig.service"]["type"] == "oneshot"
+    assert _ladder(nvml, tmp_path, FakeRun({"systemctl": systemctl(
+        {"nvidia-persistenced.service": unit()})})).services_step()["status"] == "pass"

@@ -51,6 +51,12 @@ options:
         change between two runs on an unchanged host.
     type: bool
     default: false
+  services:
+    description:
+      - Also report C(services), the state of the stack's systemd units (gpuprov_health.SERVICE_PATTERNS), or
+        null where systemd is not the init. Off by default, for the same reason as O(daemons).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -68,7 +74,8 @@ EXAMPLES = r"""
 RETURN = r"""
 platform:
   description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log, and with
-    O(daemons) daemons (the NVIDIA daemons running, by process name).
+    O(daemons) daemons (the NVIDIA daemons running, by process name), with O(services) services
+    ({unit: {type, enabled, active, sub, result}}, or null without systemd).
   returned: always
   type: dict
 """
@@ -80,7 +87,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpuprov_findings import norm_bus
-from ansible.module_utils.gpuprov_health import running_daemons
+from ansible.module_utils.gpuprov_health import running_daemons, service_states
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA = "0x10de"
@@ -394,7 +401,7 @@ def kernel_log(path, commands):
 
 
 def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_path=None, use_commands=None,
-            daemons=False):
+            daemons=False, services=False):
     """The whole report; pure except for the optional commands, so tests call it on fake trees."""
     commands = use_commands if use_commands is not None else os.path.realpath(sysfs_root) == "/sys"
     lspci_text = _read(lspci_path) if lspci_path else None
@@ -413,6 +420,8 @@ def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_pa
     }
     if daemons:
         report["daemons"] = running_daemons(proc_root)
+    if services:
+        report["services"] = service_states(_run) if commands else None
     return report
 
 
@@ -425,6 +434,7 @@ def main():
             "lspci_path": {"type": "path"},
             "use_commands": {"type": "bool"},
             "daemons": {"type": "bool", "default": False},
+            "services": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -436,6 +446,7 @@ def main():
         params["lspci_path"],
         params["use_commands"],
         params["daemons"],
+        params["services"],
     )
     module.exit_json(changed=False, platform=platform)
 

@@ -14,6 +14,7 @@ Input: one host's ``facts`` dict (every key optional; a missing key means "not c
     holders:  [{pid, command, devices}] processes holding /dev/nvidia* (fuser -v or a /proc/*/fd scan)
     nvml_pids: pids NVML lists as running on any GPU, or None when unknown
     daemons:  NVIDIA daemons running (gpuprov_health.running_daemons), or None when unknown
+    services: the stack's systemd units (gpuprov_health.service_states), or None without systemd
     expected: what the fleet file expects of the host {model, count, nvswitch, driver_version, pcie_width,
               pcie_gen}, or None locally
 
@@ -31,10 +32,12 @@ import re
 
 from ansible.module_utils.gpuprov_health import (
     FIX_FABRIC_MANAGER,
+    FIX_SERVICE,
     driver_problems,
     expectation_problems,
     fabric_manager,
     persistence_off,
+    stopped_services,
     usable_gpus,
 )
 
@@ -360,6 +363,13 @@ def _gpu_state(facts, out):
         )
 
 
+def _services(facts, out):
+    """A unit of the stack enabled at boot and not running (gpuprov_health.stopped_services, as verify's services
+    step): judged with or without NVML."""
+    for unit, problem in stopped_services(facts.get("services")):
+        out.add("service_stopped", "fail", unit, problem, FIX_SERVICE % (unit, unit, unit))
+
+
 def _fleet_rules(facts, out):
     """The rules verify applies too (gpuprov_health): GPU count and model, driver versions, Fabric Manager."""
     nvml = facts.get("nvml") or {}
@@ -469,6 +479,7 @@ def diagnose(facts, findings_evaluate=None):
                 out.add(finding["id"], finding["severity"], finding["subject"], finding["evidence"], finding["fix"])
     _gpu_state(facts, out)
     _fleet_rules(facts, out)
+    _services(facts, out)
     _utilisation(facts, out)
     _holders(facts, out)
     rank = {name: i for i, name in enumerate(SEVERITIES)}

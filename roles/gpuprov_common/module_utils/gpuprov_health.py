@@ -1,7 +1,8 @@
 # Copyright: gpuprov contributors
 # Apache-2.0
 """GPU health rules that the verify ladder (``verify_ladder``) and ``gpuprov doctor`` both apply: one copy of
-each, so the two never disagree about a host. Pure Python 3.8 except :func:`running_daemons`, which reads procfs.
+each, so the two never disagree about a host. Pure Python 3.8 except :func:`running_daemons`, which reads procfs,
+and :func:`service_states`, which asks systemd through the caller's ``run``.
 
 Inputs are the ``gpuprov_gpus`` fact (gpuprov_nvml.collect, docs/facts.md), what the fleet file expects of the
 host (``{model, count, nvswitch, driver_version}``, each None when unset) and the daemons found running.
@@ -21,6 +22,16 @@ DAEMONS = ("nvidia-persistenced", "nv-fabricmanager", "nv-hostengine")
 
 #: ``fabric.state`` values (gpuprov_nvml.FABRIC_STATES) that mean the GPU takes part in an NVSwitch fabric.
 FABRIC_REPORTED = ("not_started", "in_progress", "completed")
+
+#: systemd units of the stack (shell patterns as ``systemctl list-units`` takes them): the persistence daemon,
+#: Fabric Manager, DCGM and its exporter, the container runtimes, the roles' own (MIG layout, image workers)
+SERVICE_PATTERNS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-dcgm.service",
+                    "dcgm-exporter.service", "docker.service", "containerd.service", "gpuprov-mig.service",
+                    "gpuprov-worker@*.service")
+_SHOW = ("Id", "Type", "UnitFileState", "ActiveState", "SubState", "Result")
+_RUNNING = ("active", "activating", "reloading")
+FIX_SERVICE = ("systemctl start %s; if it stops again, systemctl status %s and journalctl -b -u %s say why "
+               "(gpuprov apply FLEET re-runs the role that owns it)")
 
 FIX_FABRIC_MANAGER = (
     "install nvidia-fabricmanager-<branch> at exactly the driver's version and start it "
@@ -132,3 +143,53 @@ def fabric_manager(nvml, expected, daemons):
         return "pass", None
     return "fail", ("NVSwitch system without a running nv-fabricmanager and no fabric state from NVML: CUDA "
                     "initialisation fails with 'system not yet initialized'; " + FIX_FABRIC_MANAGER)
+
+
+def service_states(run, systemd_dir="/run/systemd/system"):
+    """The stack's loaded units (:data:`SERVICE_PATTERNS`) as ``{unit: {type, enabled, active, sub, result}}``
+    (``systemctl show`` properties Type, UnitFileState, ActiveState, SubState, Result), asked through
+    ``run(argv) -> (rc, stdout)``; None where systemd is not the init (no ``systemd_dir``: a container, a chroot)
+    or systemctl fails."""
+    if not os.path.isdir(systemd_dir):
+        return None
+    rc, out = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", "--type=service",
+                   *SERVICE_PATTERNS])
+    if rc != 0:
+        return None
+    units = sorted({line.split()[0] for line in out.splitlines() if line.strip()})
+    if not units:
+        return {}
+    rc, out = run(["systemctl", "show", "--no-pager", "--property=" + ",".join(_SHOW), *units])
+    if rc != 0:
+        return None
+    states, unit = {}, {}
+    for line in [*out.splitlines(), ""]:
+        if not line.strip():
+            if unit.get("Id"):
+                states[unit["Id"]] = {"type": unit.get("Type"), "enabled": unit.get("UnitFileState"),
+                                      "active": unit.get("ActiveState"), "sub": unit.get("SubState"),
+                                      "result": unit.get("Result")}
+            unit = {}
+            continue
+        key, _, value = line.partition("=")
+        unit[key] = value
+    return states
+
+
+def stopped_services(states):
+    """``[(unit, sentence)]`` for each unit enabled at boot that is not running (a oneshot: whose last run
+    failed), sorted by unit; empty when ``states`` is None (unknown) or all run."""
+    problems = []
+    for unit, state in sorted((states or {}).items()):
+        if state.get("enabled") not in ("enabled", "enabled-runtime"):
+            continue
+        if state.get("type") == "oneshot":
+            if state.get("result") in (None, "", "success"):
+                continue
+        elif state.get("active") in _RUNNING:
+            continue
+        result = state.get("result")
+        problems.append((unit, "%s is enabled but %s (%s%s)" % (
+            unit, state.get("active"), state.get("sub"),
+            ", result %s" % result if result not in (None, "", "success") else ", stopped")))
+    return problems

@@ -12,8 +12,8 @@ short_description: Prove a GPU host ready - NVML, nvidia-smi, versions, persiste
 description:
   - Runs the verification ladder and returns C(report) with one entry per step, each
     C({name, status, evidence, reason}) where C(status) is C(pass), C(fail) or C(skip).
-  - Steps C(gpus), C(nvidia_smi), C(driver_version), C(persistence), C(fabric_manager), C(cuda_sample), C(p2p),
-    C(nccl_allreduce), C(container), C(dcgm_diag), in that order.
+  - Steps C(gpus), C(nvidia_smi), C(driver_version), C(persistence), C(fabric_manager), C(services),
+    C(cuda_sample), C(p2p), C(nccl_allreduce), C(container), C(dcgm_diag), in that order.
   - Reads and runs tests only; the only files it writes are the CUDA sample's binary inside O(workdir). Needs
     neither systemd nor python3-apt; runs on Python 3.8 and later. Safe in check mode.
 options:
@@ -93,9 +93,11 @@ from ansible.module_utils.gpuprov_health import (
     nvswitch_system,
     persistence_off,
     running_daemons,
+    service_states,
+    stopped_services,
 )
 
-STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "cuda_sample", "p2p",
+STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "cuda_sample", "p2p",
          "nccl_allreduce", "container", "dcgm_diag")
 
 #: ``nvidia-smi topo -p2p`` cell values (nvmlDeviceGetP2PStatus' NVML_P2P_STATUS_* under the CLI).
@@ -211,12 +213,13 @@ def busbw_threshold(model, linked_by_nvlink, thresholds):
 class Ladder:
     """The ladder for one host. ``run`` and ``proc_root`` are injectable for tests."""
 
-    def __init__(self, params, run=None, proc_root="/proc", path=None):
+    def __init__(self, params, run=None, proc_root="/proc", path=None, systemd_dir="/run/systemd/system"):
         self.p = params
         self.nvml = params.get("nvml") or {}
         self.expected = params.get("expected") or {}
         self.run = run or Runner()
         self.proc_root = proc_root
+        self.systemd_dir = systemd_dir
         self.path = path
         self.tool_dirs = params.get("tool_dirs") or []
         self.enabled = set(params.get("steps") or STEPS)
@@ -293,6 +296,15 @@ class Ladder:
             evidence["daemons"] = running_daemons(self.proc_root)
         status, reason = fabric_manager(self.nvml, self.expected, evidence.get("daemons"))
         return step("fabric_manager", status, evidence, reason)
+
+    def services_step(self):
+        states = service_states(lambda argv: self.run(argv, 60)[:2], self.systemd_dir)
+        if states is None:
+            return step("services", "skip", {}, "systemd is not the init here (no %s): no unit to read"
+                        % self.systemd_dir)
+        problems = stopped_services(states)
+        return step("services", "fail" if problems else "pass", {"services": states},
+                    "; ".join(problem for _, problem in problems) or None)
 
     def cuda_sample_step(self):
         nvcc = self.tool("nvcc")
@@ -453,7 +465,8 @@ class Ladder:
         """Run every enabled step in ladder order; a step that raises is a fail with the error as reason."""
         methods = {"gpus": self.gpus_step, "nvidia_smi": self.nvidia_smi_step,
                    "driver_version": self.driver_version_step, "persistence": self.persistence_step,
-                   "fabric_manager": self.fabric_manager_step, "cuda_sample": self.cuda_sample_step,
+                   "fabric_manager": self.fabric_manager_step, "services": self.services_step,
+                   "cuda_sample": self.cuda_sample_step,
                    "p2p": self.p2p_step, "nccl_allreduce": self.nccl_step, "container": self.container_step,
                    "dcgm_diag": self.dcgm_step}
         steps = []
