@@ -114,9 +114,11 @@ def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
     help="Mock NVML hardware profile per host, cycled over the hosts (default: h200x2); see docs/mock-nvml.md.",
 )
 @click.option(
-    "--stack",
-    is_flag=True,
-    help="Also turn on Docker with the NVIDIA runtime and DCGM with dcgm-exporter in the fleet file (docs/lab.md).",
+    "--stack/--no-stack",
+    default=True,
+    show_default=True,
+    help="Docker with the NVIDIA runtime and DCGM with dcgm-exporter in the fleet file, beside the driver and the "
+         "CUDA stack (docs/lab.md); --no-stack leaves them out for a quicker lab.",
 )
 def up_cmd(count: int, oses: tuple[str, ...], fleet_file: Path, profiles: tuple[str, ...], stack: bool) -> None:
     """Start (or reconcile) the lab hosts, install their GPU hardware profile, write the fleet file."""

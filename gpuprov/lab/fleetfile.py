@@ -42,8 +42,7 @@ DEFAULT_FLEET_FILE = Path("inventory/lab.yml")
 #: What every lab host gets: modest GPU settings (the mocked NVML reports the profile's, set per host), and the
 #: stack from the stand-in repository: a CUDA toolkit NVIDIA publishes for both lab OSes with a cuDNN and an NCCL
 #: built for it. The repositories also serve the NVIDIA Container Toolkit, DCGM and dcgm-exporter
-#: (:func:`stack_settings`), which ``lab up --stack`` turns on; the default lab leaves them off until the lab test
-#: runs the whole stack's fresh-host check (docs/lab.md).
+#: (:func:`stack_settings`), which ``lab up`` turns on unless ``--no-stack`` (docs/lab.md).
 LAB_SETTINGS: dict[str, Any] = {
     "gpus": {"model": "H200", "count": 2, "nvswitch": False},
     "reboot": {"allowed": False},

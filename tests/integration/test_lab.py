@@ -191,15 +191,19 @@ def test_main_job(lab: dict[str, Any]) -> None:
         assert steps["services"]["evidence"]["services"]["nvidia-persistenced.service"]["active"] == "active"
         # the fleet file's verify.skip: the simulated GPUs run no CUDA kernel and no DCGM diagnostic
         assert steps["cuda_sample"]["reason"] == steps["dcgm_diag"]["reason"] == "not selected (verify_steps)"
-        # container_runtime none: no Docker to run the smoke test with
-        assert (steps["container"]["status"], steps["container"]["reason"]) == ("skip", "docker is not installed")
+        # Docker runs, but the lab has no registry to pull the CUDA smoke-test image from
+        assert steps["container"]["status"] == "skip", steps["container"]
+        assert "is not present and verify_container_pull is false" in steps["container"]["reason"]
+        running = {u for u, s in steps["services"]["evidence"]["services"].items() if s["active"] == "active"}
+        assert running >= {"docker.service", "nvidia-dcgm.service", "dcgm-exporter.service"}, (name, running)
     doctor = gpuprov("doctor", path, "--json", "--window", "2", "--samples", "2", env=env, cwd=cwd)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
 
 
 def _assert_stack(lab: dict[str, Any], container: str, name: str) -> None:
-    """The CUDA stack on one converged host, as the lab fleet file asks for it: CUDA 12.8 with cuDNN 9.10.2 and
-    NCCL 2.26.2 built for it, each held, and nvcc answering as 12.8."""
+    """The stack on one converged host, as the lab fleet file asks for it: CUDA 12.8 with cuDNN 9.10.2 and NCCL
+    2.26.2 built for it, each held, nvcc answering as 12.8; the container toolkit and DCGM held at their versions,
+    Docker with the nvidia runtime, dcgm-exporter serving the host's GPUs."""
     packages = installed_packages(container, ("cuda-toolkit-", "libcudnn", "libnccl"))
     versions = {package: version for package, (version, _) in packages.items()}
     assert versions.get("cuda-toolkit-12-8", "").startswith("12.8."), (name, versions)
@@ -210,6 +214,18 @@ def _assert_stack(lab: dict[str, Any], container: str, name: str) -> None:
         (name, packages)
     nvcc = ssh(lab["fleet"], name, "/usr/local/cuda-12.8/bin/nvcc --version")
     assert "release 12.8" in nvcc.stdout, nvcc.stdout
+    # the rest of the stack: Docker with the nvidia runtime registered by the toolkit, DCGM and its exporter
+    # serving the simulated GPUs' readings
+    stack = installed_packages(container, ("nvidia-container-toolkit", "datacenter-gpu-manager"))
+    assert stack.get("nvidia-container-toolkit", ("", False)) == ("1.17.8-1", True), (name, stack)
+    assert stack.get("datacenter-gpu-manager", ("", False)) == ("1:3.3.5", True), (name, stack)
+    runtimes = subprocess.run(["docker", "exec", container, "docker", "info", "--format", "{{json .Runtimes}}"],
+                              capture_output=True, text=True, check=True).stdout
+    assert json.loads(runtimes)["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime", runtimes
+    metrics = subprocess.run(["docker", "exec", container, "python3", "-c", "import urllib.request; print(urllib"
+                              ".request.urlopen('http://127.0.0.1:9400/metrics', timeout=30).read().decode())"],
+                             capture_output=True, text=True, check=True).stdout
+    assert f'Hostname="{name}"' in metrics and "DCGM_FI_DEV_GPU_TEMP{" in metrics, metrics[-2000:]
 
 
 # -- 3. day-2 cases on the converged lab --------------------------------------------------------------------

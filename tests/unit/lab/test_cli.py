@@ -131,3 +131,18 @@ def test_up_prints_each_step_of_the_lab_to_stderr(monkeypatch: pytest.MonkeyPatc
     err = capsys.readouterr().err
     assert "s] lab-debian12-1: installing the lab key" in err and err.startswith("lab: [")
     assert (logging.getLogger("gpuprov.lab").level, logging.getLogger("gpuprov.lab").propagate) == before
+
+
+def test_up_provisions_the_whole_stack_unless_no_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The main job's fleet file asks for Docker with the NVIDIA runtime and monitoring; --no-stack leaves them
+    out."""
+    from gpuprov.lab import repo
+
+    monkeypatch.setattr(containers, "up", _fake_up([]))
+    monkeypatch.setattr(repo, "lab_fingerprint", lambda lab_dir: "A" * 40)
+    assert main(["lab", "up"]) == 0
+    settings = yaml.safe_load((tmp_path / "inventory" / "lab.yml").read_text())["settings"]
+    assert settings["container_runtime"] == "docker" and settings["monitoring"]["enabled"] is True
+    assert main(["lab", "up", "--no-stack"]) == 0
+    settings = yaml.safe_load((tmp_path / "inventory" / "lab.yml").read_text())["settings"]
+    assert settings["container_runtime"] == "none" and settings["monitoring"]["enabled"] is False

@@ -100,8 +100,9 @@ def test_stand_in_repository_settings_validate_and_render(tmp_path: Path) -> Non
 
 
 def test_stack_turns_on_docker_and_monitoring_from_the_lab_repositories(tmp_path: Path) -> None:
-    """``lab up --stack``: Docker with the lab's container toolkit repository (signed by the lab key) and DCGM with
-    the exporter binary the lab serves, named by URL and sha256 as a site names its own copy; it validates."""
+    """``lab up`` (without ``--no-stack``): Docker with the lab's container toolkit repository (signed by the lab
+    key) and DCGM with the exporter binary the lab serves, named by URL and sha256 as a site names its own copy;
+    it validates."""
     from gpuprov.fleet import load_fleet
 
     fpr = "60AB627C4761FE1835B2607995A43B8F0B404C39"
