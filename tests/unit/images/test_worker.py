@@ -312,6 +312,17 @@ def test_unreadable_kinds_of_file_fail_alone(tmp_path: Path) -> None:
     assert _read_image(tmp_path / "ok.jpg") == b"abc"
 
 
+def _one_image_queue(tmp_path: Path) -> str:
+    """The URL of a new sqlite queue under ``tmp_path`` holding one small PNG."""
+    url = f"sqlite:///{tmp_path}/q.db"
+    q = open_queue(url)
+    img = tmp_path / "a.png"
+    Image.new("RGB", (12, 10), (10, 20, 30)).save(img)
+    q.submit([{"path": str(img)}])
+    q.close()
+    return url
+
+
 def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_path: Path) -> None:
     """A model returning a tuple: every worker would fail every batch; the run stops with the reason, exit 2."""
     import torch
@@ -324,12 +335,7 @@ def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_p
             return pooled, pooled
 
     torch.jit.save(torch.jit.trace(Pair().eval(), torch.randn(1, 3, 8, 8)), str(tmp_path / "pair.pt"))
-    url = f"sqlite:///{tmp_path}/q.db"
-    q = open_queue(url)
-    img = tmp_path / "a.png"
-    Image.new("RGB", (12, 10), (10, 20, 30)).save(img)
-    q.submit([{"path": str(img)}])
-    q.close()
+    url = _one_image_queue(tmp_path)
     cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "pair.pt"), batch=2, size=8)
     with pytest.raises(ConfigError, match="forward returned tuple"):
         supervise(cfg, [Slot("cpu0")], lambda st, ev: None)
@@ -347,12 +353,7 @@ def test_a_worker_missing_a_package_stops_the_run_with_exit_4_at_once(tmp_path: 
     (shadow / "__init__.py").write_text("raise ImportError('onnxruntime is not installed here')\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shadow.parent), os.environ.get("PYTHONPATH")])))
     (tmp_path / "m.onnx").write_bytes(b"not read: the import fails first")
-    url = f"sqlite:///{tmp_path}/q.db"
-    q = open_queue(url)
-    img = tmp_path / "a.png"
-    Image.new("RGB", (12, 10), (10, 20, 30)).save(img)
-    q.submit([{"path": str(img)}])
-    q.close()
+    url = _one_image_queue(tmp_path)
     cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "m.onnx"), batch=2, size=8)
     seen: list[worker.SlotState] = []
     with pytest.raises(EnvironmentMissing, match="ONNX models need onnxruntime") as err:
