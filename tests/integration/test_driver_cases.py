@@ -227,6 +227,11 @@ def test_b11_fabric_manager_at_the_driver_version(host: Host) -> None:
     code, out = host.rc("/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg")
     assert code == 1 and f"version {V535_NEW} don't match with driver version {V535}" in out, out
 
+    # check mode reports the repair apply would make (drift), not a failed host
+    planned = _ok(host, host.play(check=True, gpuprov_gpus_nvswitch="true"))
+    assert planned.hosts[host.name].changed > 0
+    assert host.versions()["nvidia-fabricmanager-535"] == f"{V535_NEW}-1"
+
     repaired = _ok(host, host.play(gpuprov_gpus_nvswitch="true"))
     assert repaired.hosts[host.name].changed > 0
     assert host.versions()["nvidia-fabricmanager-535"] == f"{V535}-1"
