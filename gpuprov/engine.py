@@ -145,12 +145,18 @@ def check_output_path(path: Path, option: str) -> None:
 def _check_limit(inventory: Path, limit: str | None) -> None:
     if not limit:
         return
+    from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
     manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
     names = ", ".join(sorted(h.name for h in manager.get_hosts()))
-    if not manager.get_hosts(pattern=limit):
+    try:
+        matched = manager.get_hosts(pattern=limit)
+    except (AnsibleError, IndexError, ValueError) as exc:  # Ansible's pattern parser: "~(", "h[9999...]"
+        raise ConfigError(f"--limit {limit}: not a host pattern Ansible can read ({exc}) - use host or group "
+                          f"names ({names}), globs or ~regex") from exc
+    if not matched:
         raise ConfigError(f"--limit {limit}: matches no host in the fleet - use a host or group name ({names})")
     # Ansible skips a misspelt name in a list with a warning; a plain name that matches nothing is an error
     plain = [p for p in re.split(r"[,:]", limit) if p and not p.startswith(("!", "&", "~", "@")) and

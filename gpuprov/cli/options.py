@@ -22,7 +22,9 @@ BRANCH_CHANGE_VAR = "nvidia_driver_branch_change_ok"
 def _host_pattern(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse a ``--limit`` that names no host: an unset shell variable (``--limit "$HOSTS"``) gives ``''``, which
     Ansible would take as no limit at all and run on every host."""
-    if value is not None and not any(part.strip() for part in re.split(r"[,:]", value)):
+    # a part that is only operators (!, &, ~: "!$HOSTS" with HOSTS unset) names no host either; "~" alone is the
+    # regex that matches every host
+    if value is not None and not any(part.strip().lstrip("!&~").strip() for part in re.split(r"[,:]", value)):
         raise click.BadParameter(
             f"{value!r} names no host or group; give a pattern such as gpu-01 or 'gpu-*,!gpu-09', or leave "
             "--limit out to run on every host", param=param)

@@ -11,6 +11,8 @@ import pytest
 from gpuprov.cli import cli
 from gpuprov.cli.__main__ import main
 
+EXAMPLE = Path(__file__).resolve().parents[3] / "inventory" / "example.yml"
+
 
 def _walk(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     ctx = click.Context(group)
@@ -42,3 +44,26 @@ def test_a_pattern_naming_no_host_is_refused(command: str, pattern: str, tmp_pat
     assert main([*command.split(), str(fleet), "--limit", pattern]) == 2
     err = capsys.readouterr().err
     assert "--limit" in err and "names no host or group" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", ["apply", "verify", "facts"])
+@pytest.mark.parametrize("pattern", ["!", "&", "~", "! ,", "&,!", "!:&"])
+def test_a_pattern_of_operators_alone_is_refused(command: str, pattern: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text("hosts: {}\n")
+    assert main([command, str(fleet), "--limit", pattern]) == 2
+    assert "names no host or group" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pattern", ["~(", "v100a[99999999999999999999]"])
+def test_a_pattern_ansible_cannot_read_is_a_usage_error(pattern: str, tmp_path: Path) -> None:
+    from gpuprov.engine import _check_limit
+    from gpuprov.exceptions import ConfigError
+    from gpuprov.fleet import load_fleet
+    from gpuprov.render import render_inventory
+
+    inventory = render_inventory(load_fleet(EXAMPLE), tmp_path / "inventory")
+    with pytest.raises(ConfigError, match="not a host pattern Ansible can read") as err:
+        _check_limit(inventory, pattern)
+    assert err.value.exit_code == 2
