@@ -17,8 +17,10 @@ import glob
 import importlib.util
 import json
 import math
+import re
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +35,9 @@ from gpuprov.exceptions import ConfigError
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
 MANIFEST_SUFFIXES = (".txt", ".jsonl")
 QUEUE_ENVVAR = "GPUPROV_IMAGES_QUEUE"
+#: the largest --batch taken: far above what a GPU's memory holds of any model's inputs, and small enough for every
+#: queue store's integers (a batch of 10**20 overflowed SQLite's INTEGER in each worker)
+MAX_BATCH = 65536
 
 
 def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
@@ -42,8 +47,15 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
     (``/dev/zero``), a folder without image files, a glob matching no file, a manifest without entries.
     """
     for src in sources:
+        if not src.strip():  # an unset shell variable: Path("") would be the current folder
+            raise ConfigError("an empty source names no image; give files, folders, globs or manifests")
         named = False
-        for image in _source(src):
+        try:
+            images = list(_source(src))
+        except PermissionError as exc:
+            raise ConfigError(f"{src}: cannot read {exc.filename or src} (permission denied); give a source this "
+                              "user can read") from exc
+        for image in images:
             named = True
             yield image
         if not named:
@@ -109,17 +121,25 @@ def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s
         raise ConfigError("give exactly one of --task NAME or --model PATH")
     if model is not None and not model.is_file():
         raise ConfigError(f"--model {model}: no such file; give a TorchScript (.pt) or ONNX (.onnx) file")
-    if batch != "auto" and not (batch.isdigit() and int(batch) > 0):
-        raise ConfigError(f"--batch {batch}: expected auto or a positive number")
+    if batch != "auto" and not (re.fullmatch(r"[0-9]{1,6}", batch) and 0 < int(batch) <= MAX_BATCH):
+        raise ConfigError(f"--batch {batch}: expected auto or a number from 1 to {MAX_BATCH}")
 
 
 def _make_out(out: Path) -> None:
-    """Create the ``--out`` folder; :class:`ConfigError` (exit 2) when it cannot be (read-only, no permission, a
-    file in the way)."""
+    """Create the ``--out`` folder and prove it writable (the manifest is written there at the end of the run);
+    :class:`ConfigError` (exit 2) when it cannot be (empty, read-only, no permission, a file in the way)."""
+    if not str(out).strip() or out == Path():
+        raise ConfigError("--out is empty; give the folder the manifest and results go to")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot create the folder ({exc.strerror}); give a folder this user can "
+                          "write") from exc
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror}); give a folder this user can "
                           "write") from exc
 
 

@@ -167,3 +167,57 @@ def test_a_source_that_names_no_image_exits_2_before_creating_the_queue(
     err = capsys.readouterr().err
     assert f"{source}: {why}" in err and "Traceback" not in err, err
     assert not queue.exists()
+
+
+@pytest.mark.parametrize("batch", ["\u00b2", "99999999999999999999", "65537", "0", "-1"])
+def test_a_batch_that_is_no_plain_number_in_range_exits_2(batch: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    queue = tmp_path / "q.db"
+    code = main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", str(tmp_path / "out"), "--gpus", "cpu",
+                 "--task", "stats", "--batch", batch])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--batch" in err and "Traceback" not in err, err
+
+
+def test_empty_source_and_out_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """An unset shell variable ("$SRC", "$OUT") must not mean the current folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.png").write_bytes(b"an image file by its name")
+    queue = tmp_path / "q.db"
+    assert main(["images", "submit", "--queue", f"sqlite:///{queue}", ""]) == 2
+    assert "an empty source names no image" in capsys.readouterr().err
+    assert main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", "", "--gpus", "cpu",
+                 "--task", "stats"]) == 2
+    assert "--out is empty" in capsys.readouterr().err
+    assert not queue.exists()
+
+
+def test_unreadable_sources_and_unwritable_out_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """What a folder of mode 000 and a read-only --out give a user who is not root (root reads and writes through
+    file modes, so the OS's refusal is stood in for here)."""
+    import tempfile
+
+    locked = tmp_path / "locked"
+    real_is_dir = Path.is_dir
+
+    def is_dir(path: Path) -> bool:
+        if path.parent == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_is_dir(path)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    queue = tmp_path / "q.db"
+    assert main(["images", "submit", "--queue", f"sqlite:///{queue}", str(locked / "a.png")]) == 2
+    assert f"cannot read {locked / 'a.png'} (permission denied)" in capsys.readouterr().err
+
+    def read_only(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    assert main(["images", "run", "--queue", f"sqlite:///{queue}", "--out", str(tmp_path / "out"), "--gpus", "cpu",
+                 "--task", "stats"]) == 2
+    assert f"--out {tmp_path / 'out'}: cannot write there (Permission denied)" in capsys.readouterr().err
+    assert not queue.exists()
