@@ -13,6 +13,7 @@ See docs/queues.md.
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -70,7 +71,10 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
     cannot be opened or reached. A Redis stream is created by the first submit; without ``create``
     an absent stream reads as an empty queue.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "redis://[::1/0": an unclosed IPv6 bracket
+        raise QueueURLError(f"{url}: not a URL ({exc}); use sqlite:///abs/path.db or redis://host:port/db") from exc
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     max_attempts = _option(options, "max_attempts", int, DEFAULT_MAX_ATTEMPTS, url)
     lease_s = _option(options, "lease_s", float, DEFAULT_LEASE_S, url)
@@ -94,17 +98,27 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
         return SqliteQueue(Path(path), max_attempts=max_attempts, lease_s=lease_s)
     if parts.scheme in ("redis", "rediss", "unix"):
         import redis
+        from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 
         from gpuprov.images.queue.redis import DEFAULT_STREAM, RedisQueue
 
         # redis-py reads the db from the path and takes anything but digits as db 0 without a word
-        if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        if parts.scheme != "unix" and parts.path.strip("/") and not re.fullmatch(r"[0-9]{1,9}", parts.path.strip("/")):
             raise QueueURLError(f"{url}: the path names the Redis database by number (redis://host:6379/0), "
                                 f"not {parts.path.strip('/')!r}; the stream's name goes in ?stream=NAME")
         stream = options.pop("stream", DEFAULT_STREAM)
         if not stream:
             raise QueueURLError(f"{url}: stream must not be empty")
+        # the connection options redis-py reads from a URL's query; any other would reach its connection class and
+        # fail there with a TypeError
+        known = set(URL_QUERY_ARGUMENT_PARSERS)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise QueueURLError(f"{url}: unknown Redis queue option(s): {', '.join(unknown)}; known: stream, "
+                                f"max_attempts, lease_s, {', '.join(sorted(known))}")
         client_url = urlunsplit(parts._replace(query=urlencode(options)))
+        if parts.scheme == "unix":  # urlunsplit writes unix:/path, which redis-py does not take
+            client_url = client_url.replace("unix:", "unix://", 1)
         try:
             client = redis.Redis.from_url(client_url)
         except ValueError as exc:

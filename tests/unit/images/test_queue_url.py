@@ -45,6 +45,9 @@ def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
         "redis://127.0.0.1:1/0?stream=",
         "redis://127.0.0.1:1/abc",
         "rediss://127.0.0.1:1/queue?stream=s",
+        "redis://127.0.0.1:1/\u00b2",
+        "redis://127.0.0.1:1/0?foo=1",
+        "redis://[::1/0",
     ],
 )
 def test_bad_urls_are_usage_errors(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,3 +230,9 @@ def test_a_redis_database_by_number_or_none_is_taken(path: str) -> None:
     # past the URL checks, the queue connects: nothing listens on port 1
     with pytest.raises(QueueUnavailable):
         open_queue(f"redis://127.0.0.1:1{path}")
+
+
+def test_a_unix_socket_url_reaches_redis_py_as_one(tmp_path: Path) -> None:
+    # past the URL checks, the queue connects: no server listens on that socket
+    with pytest.raises(QueueUnavailable):
+        open_queue(f"unix://{tmp_path}/redis.sock?db=2")
