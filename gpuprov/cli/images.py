@@ -31,6 +31,7 @@ from rich.table import Table
 
 from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
+from gpuprov.images.queue.base import MAX_LEASE_S
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
 MANIFEST_SUFFIXES = (".txt", ".jsonl")
@@ -116,7 +117,7 @@ def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s
     """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given (the model a file),
     batch is auto or N > 0 and the lease a number of seconds (click's range lets NaN through)."""
     if not math.isfinite(lease_s):
-        raise ConfigError(f"--lease {lease_s}: expected seconds from 1 to 86400")
+        raise ConfigError(f"--lease {lease_s}: expected seconds from 1 to {MAX_LEASE_S:g}")
     if (task is None) == (model is None):
         raise ConfigError("give exactly one of --task NAME or --model PATH")
     if model is not None and not model.is_file():
@@ -217,7 +218,7 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @click.option("--batch", default="auto", show_default=True, help="auto or a number.")
 @click.option("--size", type=click.IntRange(min=1), default=None,
               help="Working size (model input, thumbnail long side).")
-@click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(min=1, max=86400),
+@click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(min=1, max=MAX_LEASE_S),
               help="Lease in seconds, 1 to 86400 (renewed while working).")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(min=1),
               help="CPU decode threads per worker.")

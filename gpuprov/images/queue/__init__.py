@@ -134,4 +134,4 @@ def _option(options: dict[str, str], name: str, kind: type[int] | type[float], d
     try:
         return kind(raw)
     except ValueError as exc:
-        raise QueueURLError(f"{url}: {name}={raw!r} is not a {kind.__name__}") from exc
+        raise QueueURLError(f"{url}: {name}={raw!r} is not {'a whole number' if kind is int else 'a number'}") from exc

@@ -190,6 +190,9 @@ def load_json(text: str | bytes) -> dict[str, Any]:
 MIN_LEASE_S = 0.001
 """Shortest lease, seconds: a lease must end after the claim that takes it (with a lease below the clock's
 resolution a claim saw its own leases as expired and handed the same task out twice)."""
+MAX_LEASE_S = 86400.0
+"""Longest lease, seconds (a day): a lease is renewed while its worker works, so a longer one only delays the
+reclaim of a dead worker's tasks."""
 
 
 def check_claim_args(worker: str, k: int, lease_s: float) -> None:
@@ -206,5 +209,5 @@ def check_config(max_attempts: int, lease_s: float) -> None:
     """Validate queue options; raises :class:`QueueURLError`."""
     if max_attempts < 1:
         raise QueueURLError(f"max_attempts must be >= 1, got {max_attempts}")
-    if not lease_s >= MIN_LEASE_S:  # NaN fails too
-        raise QueueURLError(f"lease_s must be at least {MIN_LEASE_S} seconds, got {lease_s}")
+    if not MIN_LEASE_S <= lease_s <= MAX_LEASE_S:  # NaN and inf fail too
+        raise QueueURLError(f"lease_s must be {MIN_LEASE_S} to {MAX_LEASE_S} seconds, got {lease_s}")

@@ -41,6 +41,8 @@ def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
         "sqlite:q.db?max_attempts=zero",
         "sqlite:q.db?max_attempts=0",
         "sqlite:q.db?lease_s=-1",
+        "sqlite:q.db?lease_s=inf",
+        "sqlite:q.db?max_attempts=1e3",
         "sqlite:q.db?colour=blue",
         "redis://127.0.0.1:1/0?stream=",
         "redis://127.0.0.1:1/abc",
