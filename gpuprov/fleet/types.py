@@ -32,6 +32,8 @@ def fail(problem: str, fix: str) -> PydanticCustomError:
 
 
 def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
     for kind, name in ((bool, "boolean"), (dict, "mapping"), (list, "list"), (int, "number"), (float, "number"),
                        (str, "string")):
         if isinstance(value, kind):
@@ -243,7 +245,8 @@ def _number_of(choices: tuple[int, ...], word: str | None = None) -> Any:
             return value
         if isinstance(value, str) and value.strip().isdigit() and int(value) in choices:
             raise fail(f"expected a number, got the string {value!r}", f"write it without quotes: {int(value)}")
-        shown = f"a {_type_name(value)}" if isinstance(value, bool | dict | list) or value is None else repr(value)
+        shown = (f"a {_type_name(value)}" if isinstance(value, bool | dict | list) else "null" if value is None
+                 else repr(value))
         raise fail(f"{shown} is not one of {allowed}", f"write one of {allowed}")
 
     return check
