@@ -65,11 +65,10 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
     docstring for the forms.
 
     Raises :class:`QueueURLError` for an unknown scheme, option or bad value (a sqlite path that is a folder,
-    a Redis database that is not a number),
-    :class:`QueueMissing` (exit 2) when ``create`` is False and a sqlite queue's file does not exist
-    (``status`` must not leave an empty queue behind), and :class:`QueueUnavailable` when the store
-    cannot be opened or reached. A Redis stream is created by the first submit; without ``create``
-    an absent stream reads as an empty queue.
+    a Redis database that is not a number or out of the server's range),
+    :class:`QueueMissing` (exit 2) when ``create`` is False and the queue does not exist: a sqlite queue's file,
+    or a Redis stream (``status`` and a one-off ``run`` must not leave an empty queue behind on a mistyped
+    name), and :class:`QueueUnavailable` when the store cannot be opened or reached.
     """
     try:
         parts = urlsplit(url)
@@ -123,7 +122,7 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
             client = redis.Redis.from_url(client_url)
         except ValueError as exc:
             raise QueueURLError(f"{url}: {exc}") from exc
-        return RedisQueue(client, stream=stream, max_attempts=max_attempts, lease_s=lease_s)
+        return RedisQueue(client, stream=stream, max_attempts=max_attempts, lease_s=lease_s, create=create)
     raise QueueURLError(f"{url}: unknown queue scheme {parts.scheme!r}; use sqlite: or redis://")
 
 

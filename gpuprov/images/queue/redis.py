@@ -31,8 +31,10 @@ from gpuprov.images.queue.base import (
     DEFAULT_MAX_ATTEMPTS,
     STATES,
     QueueError,
+    QueueMissing,
     QueueStats,
     QueueUnavailable,
+    QueueURLError,
     Task,
     UnknownTask,
     check_claim_args,
@@ -66,6 +68,7 @@ class RedisQueue:
         stream: str = DEFAULT_STREAM,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_s: float = DEFAULT_LEASE_S,
+        create: bool = True,
     ) -> None:
         check_config(max_attempts, lease_s)
         self.stream = stream
@@ -80,8 +83,14 @@ class RedisQueue:
                               ("complete", COMPLETE), ("fail", FAIL))
         }
         try:
+            if not create and not client.exists(stream):
+                raise QueueMissing(f"redis stream {stream}: no such stream on that server (a mistyped ?stream= or "
+                                   "database?); `gpuprov images submit` creates it")
             client.xgroup_create(stream, GROUP, id="0", mkstream=True)
         except redis_lib.ResponseError as exc:
+            if "out of range" in str(exc):  # the database number: above the server's `databases` or 2**31
+                raise QueueURLError(f"redis stream {stream}: the database number is out of range ({exc}); use "
+                                    "0 to the server's `databases` - 1") from exc
             if "BUSYGROUP" not in str(exc):
                 raise QueueUnavailable(f"redis stream {stream}: cannot create consumer group: {exc}") from exc
         except redis_lib.RedisError as exc:

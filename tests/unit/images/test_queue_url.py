@@ -238,3 +238,21 @@ def test_a_unix_socket_url_reaches_redis_py_as_one(tmp_path: Path) -> None:
     # past the URL checks, the queue connects: no server listens on that socket
     with pytest.raises(QueueUnavailable):
         open_queue(f"unix://{tmp_path}/redis.sock?db=2")
+
+
+def test_a_missing_redis_stream_is_not_created_without_create(redis_url: str) -> None:
+    import redis
+
+    with pytest.raises(QueueMissing, match="redis stream typo: no such stream") as err:
+        open_queue(f"{redis_url}?stream=typo", create=False)
+    assert err.value.exit_code == EXIT_USAGE
+    assert not redis.Redis.from_url(redis_url).exists("typo")
+    open_queue(f"{redis_url}?stream=made").close()
+    open_queue(f"{redis_url}?stream=made", create=False).close()
+
+
+def test_a_redis_database_out_of_the_servers_range_is_a_usage_error(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    with pytest.raises(QueueURLError, match="database number is out of range") as err:
+        open_queue(f"{base}/999")
+    assert err.value.exit_code == EXIT_USAGE
