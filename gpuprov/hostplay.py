@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +92,11 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path,
     fleet = load_fleet(fleet_path)
     run_dir = new_run_dir(state_dir(), name)
     inventory = render_inventory(fleet, run_dir / "inventory")
-    _check_limit(inventory, limit)
+    try:
+        _check_limit(inventory, limit)
+    except ConfigError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: no run record to keep
+        raise
     return run_dir, inventory
 
 

@@ -67,3 +67,14 @@ def test_a_pattern_ansible_cannot_read_is_a_usage_error(pattern: str, tmp_path: 
     with pytest.raises(ConfigError, match="not a host pattern Ansible can read") as err:
         _check_limit(inventory, pattern)
     assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("command", ["verify", "doctor", "facts"])
+def test_a_limit_matching_no_host_leaves_no_run_record(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setenv("GPUPROV_STATE_DIR", str(state))
+    assert main([command, str(EXAMPLE), "--limit", "no-such-host"]) == 2
+    assert "--limit no-such-host: matches no host" in capsys.readouterr().err
+    runs = state / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
