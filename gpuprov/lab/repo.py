@@ -48,7 +48,7 @@ PORT = 8471
 ROOT_IN_HOST = "/srv/gpuprov-standin"
 UNIT = "gpuprov-standin-repo.service"
 #: Bump when the repositories' content changes, so ``lab up`` rebuilds them.
-CONTENT_VERSION = "7"
+CONTENT_VERSION = "8"
 #: Directory (under the served root) of the NVIDIA Container Toolkit repository stand-in.
 CONTAINER_TOOLKIT_DIR = "libnvidia-container"
 #: Directory of the dcgm-exporter binaries, and the one the lab fleet runs (paired with DCGM 3.3.5).

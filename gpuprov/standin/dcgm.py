@@ -10,8 +10,9 @@
   ``DCGM Exporter version 3.3.5-3.4.1`` as urfave/cli does). On start it asks the host engine for its
   version and exits 1 with ``API version mismatch`` when it differs from the DCGM it was built for (the
   real crash loop of NVIDIA/dcgm-exporter issue 37); otherwise it serves ``/metrics`` with one
-  ``DCGM_FI_*`` series per collectors-file field and simulated GPU (readings of an idle H200: 33 C, 73 W,
-  Gen5 x16, 143771 MiB framebuffer; test values, not measurements).
+  ``DCGM_FI_*`` series per collectors-file field and GPU: the GPUs and readings ``nvidia-smi`` reports (in the
+  lab, the real nvidia-smi over the mock NVML, so a profile's eight A100s are eight series), or, without
+  nvidia-smi, an idle H200 pair (33 C, 73 W, Gen5 x16, 143771 MiB framebuffer; test values, not measurements).
 
 ``python -m gpuprov.standin.dcgm OUT`` builds everything under OUT: a signed repository in ``OUT/repo``
 (with the exporters under ``OUT/repo/exporters/``), the same packed as ``OUT/repo.tar`` (contents at its
@@ -144,6 +145,7 @@ EXPORTER = r'''#!/usr/bin/python3
 import argparse
 import http.server
 import socket
+import subprocess
 import sys
 
 VERSION = "{version}"
@@ -158,6 +160,39 @@ VALUES = {{
     "DCGM_FI_DEV_PERSISTENCE_MODE": 1, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 1,
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 1,
 }}
+
+
+# What nvidia-smi reports of each GPU (the lab's real nvidia-smi over the mock NVML) -> the DCGM field it stands for
+QUERY = (("temperature.gpu", "DCGM_FI_DEV_GPU_TEMP"), ("power.draw", "DCGM_FI_DEV_POWER_USAGE"),
+         ("utilization.gpu", "DCGM_FI_DEV_GPU_UTIL"), ("memory.used", "DCGM_FI_DEV_FB_USED"),
+         ("memory.free", "DCGM_FI_DEV_FB_FREE"), ("pcie.link.gen.current", "DCGM_FI_DEV_PCIE_LINK_GEN"),
+         ("pcie.link.gen.max", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN"),
+         ("pcie.link.width.current", "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+         ("pcie.link.width.max", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"))
+
+
+def gpus():
+    """[(index, uuid, name, {{field: value}})] of the host's GPUs as nvidia-smi reports them; without nvidia-smi
+    (a host with no simulated GPUs), an idle H200 pair."""
+    argv = ["nvidia-smi", "--query-gpu=index,uuid,name," + ",".join(q for q, _ in QUERY),
+            "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [(i, "GPU-standin-%d" % i, "NVIDIA H200", dict(VALUES)) for i in range(GPUS)]
+    found = []
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 3 + len(QUERY):
+            continue
+        values = dict(VALUES)
+        for (_, field), cell in zip(QUERY, cells[3:]):
+            try:
+                values[field] = float(cell) if "." in cell else int(cell)
+            except ValueError:
+                pass  # [N/A]
+        found.append((int(cells[0]), cells[1], cells[2], values))
+    return found
 
 
 def engine_version(remote):
@@ -201,14 +236,15 @@ def main():
               + BUILT_FOR_DCGM + ", the host engine is DCGM " + engine + "\"", file=sys.stderr)
         return 1
     counters = fields(args.collectors)
+    devices = gpus()
     host = socket.gethostname()
     lines = []
     for name, kind, help_text in counters:
         lines += ["# HELP " + name + " " + help_text, "# TYPE " + name + " " + kind]
-        for gpu in range(GPUS):
-            labels = ('gpu="%d",UUID="GPU-standin-%d",device="nvidia%d",modelName="NVIDIA H200",Hostname="%s"'
-                      % (gpu, gpu, gpu, host))
-            lines.append(name + "{{" + labels + "}} " + str(VALUES.get(name, 0)))
+        for index, uuid, model, values in devices:
+            labels = ('gpu="%d",UUID="%s",device="nvidia%d",modelName="%s",Hostname="%s"'
+                      % (index, uuid, index, model, host))
+            lines.append(name + "{{" + labels + "}} " + str(values.get(name, 0)))
     body = ("\n".join(lines) + "\n").encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):

@@ -226,6 +226,10 @@ def _assert_stack(lab: dict[str, Any], container: str, name: str) -> None:
                               ".request.urlopen('http://127.0.0.1:9400/metrics', timeout=30).read().decode())"],
                              capture_output=True, text=True, check=True).stdout
     assert f'Hostname="{name}"' in metrics and "DCGM_FI_DEV_GPU_TEMP{" in metrics, metrics[-2000:]
+    # one series per GPU the host has (eight A100s on the a100x8 host, not a fixed pair)
+    listed = ssh(lab["fleet"], name, "nvidia-smi -L").stdout.count("GPU ")
+    temps = [line for line in metrics.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert len(temps) == listed > 0, (name, listed, temps)
 
 
 # -- 3. day-2 cases on the converged lab --------------------------------------------------------------------

@@ -5,6 +5,7 @@ engine of another DCGM with "API version mismatch" (case B22) while serving ever
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -74,6 +75,46 @@ def test_b22_exporter_for_another_dcgm_exits_with_api_mismatch(engine: tuple[Pat
     assert "API version mismatch" in proc.stderr and "3.3.9" in proc.stderr and "3.3.5" in proc.stderr
 
 
+def _serve(exporter: Path, port: int, csv: Path, path: str | None = None) -> str:
+    """The /metrics body of ``exporter`` talking to the host engine on ``port`` (PATH ``path`` when given)."""
+    listen = _free_port()
+    env = dict(os.environ, **({"PATH": path} if path else {}))
+    proc = subprocess.Popen([sys.executable, str(exporter), "-r", f"127.0.0.1:{port}", "-f", str(csv),
+                             "-a", f"127.0.0.1:{listen}"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        assert "Starting webserver" in proc.stdout.readline()
+        for _ in range(50):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{listen}/metrics", timeout=2) as resp:
+                    return resp.read().decode()
+            except OSError:
+                time.sleep(0.1)
+        return ""
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_exporter_serves_the_gpus_nvidia_smi_reports(engine: tuple[Path, int], tmp_path: Path) -> None:
+    """In the lab the exporter reports the host's simulated GPUs as nvidia-smi (over the mock NVML) lists them, so
+    an eight-A100 host shows eight A100s, not the default H200 pair."""
+    _, port = engine
+    exporter = _exporter(tmp_path, "3.3.5-3.4.1")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    rows = "".join(f"{i}, GPU-a100-{i}, NVIDIA A100-SXM4-80GB, {30 + i}, 61.5, 0, 0, 81000, 4, 4, 16, 16\n"
+                   for i in range(8))
+    (bindir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{rows}'\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    csv = tmp_path / "counters.csv"
+    csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t.\n", encoding="utf-8")
+    body = _serve(exporter, port, csv, f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    temps = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert len(temps) == 8 and all('modelName="NVIDIA A100-SXM4-80GB"' in t for t in temps), body
+    assert temps[7].endswith(" 37") and 'UUID="GPU-a100-7"' in temps[7], temps
+
+
 def test_matching_exporter_serves_collector_fields(engine: tuple[Path, int], tmp_path: Path) -> None:
     _, port = engine
     exporter = _exporter(tmp_path, "3.3.5-3.4.1")
@@ -81,25 +122,10 @@ def test_matching_exporter_serves_collector_fields(engine: tuple[Path, int], tmp
     assert version.stdout.strip() == "DCGM Exporter version 3.3.5-3.4.1"
     csv = tmp_path / "counters.csv"
     csv.write_text("# c\nDCGM_FI_DEV_GPU_TEMP, gauge, t.\nDCGM_FI_DEV_XID_ERRORS, gauge, x.\n", encoding="utf-8")
-    listen = _free_port()
-    proc = subprocess.Popen([sys.executable, str(exporter), "-r", f"127.0.0.1:{port}", "-f", str(csv),
-                             "-a", f"127.0.0.1:{listen}"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert "Starting webserver" in proc.stdout.readline()
-        body = ""
-        for _ in range(50):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{listen}/metrics", timeout=2) as resp:
-                    body = resp.read().decode()
-                break
-            except OSError:
-                time.sleep(0.1)
-        series = [line.split("{")[0] for line in body.splitlines() if line.startswith("DCGM_FI_")]
-        assert sorted(series) == ["DCGM_FI_DEV_GPU_TEMP"] * 2 + ["DCGM_FI_DEV_XID_ERRORS"] * 2
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    # no nvidia-smi on PATH: the default idle H200 pair
+    body = _serve(exporter, port, csv, str(Path(sys.executable).parent))
+    series = [line.split("{")[0] for line in body.splitlines() if line.startswith("DCGM_FI_")]
+    assert sorted(series) == ["DCGM_FI_DEV_GPU_TEMP"] * 2 + ["DCGM_FI_DEV_XID_ERRORS"] * 2
 
 
 def test_build_writes_repository_and_manifest(tmp_path: Path) -> None:
