@@ -5,7 +5,8 @@ A queue holds one task per input image. A task moves through these states::
     pending --claim--> leased --complete--> done
        ^                 |  \--fail(retry=False)--> failed
        |                 |---fail(retry=True)--> pending, or dead once attempts >= max_attempts
-       \--lease expired--/  (reclaimed by the next claim; dead instead once attempts >= max_attempts)
+       \--lease expired--/  (reclaimed alone by the next claim; dead instead once attempts >= max_attempts
+                            and the expired lease was one the task held alone)
 
 Guarantee: at-least-once processing with exactly-once visible results. A worker may be killed
 (``kill -9``) at any moment; its leased tasks become claimable again when their lease expires, so
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, GpuprovError
 
 DEFAULT_MAX_ATTEMPTS = 5
-"""Claims a task may get before it is dead-lettered."""
+"""Claims a task may get before it is dead-lettered (see :meth:`Queue.claim` for which expired leases count)."""
 DEFAULT_LEASE_S = 60.0
 """Default lease (visibility timeout) in seconds."""
 
@@ -105,9 +106,12 @@ class Queue(Protocol):
         """Lease up to ``k`` tasks to ``worker`` for ``lease_s`` seconds, atomically (one transaction).
 
         Pending tasks and tasks whose lease expired (their worker died or stalled) are claimable;
-        each claim increments :attr:`Task.attempts`. A reclaimable task that already had
-        ``max_attempts`` claims goes to ``dead`` instead of being returned. Returns ``[]`` when
-        nothing is claimable now (other tasks may still be leased).
+        each claim increments :attr:`Task.attempts`. A task whose lease expired is returned alone
+        (a one-task claim, before any pending task), so a crash that one image causes is charged
+        to it and not to the healthy images that shared its batch. A task goes ``dead`` instead of
+        being returned when a lease it held alone in its claim expired and it already had
+        ``max_attempts`` claims (or when it was retried that often). Returns ``[]`` when nothing is
+        claimable now (other tasks may still be leased).
         """
         ...
 
@@ -152,6 +156,15 @@ class Queue(Protocol):
         names the input, e.g. its ``path``)."""
         ...
 
+    def retry(self, states: Sequence[str], task_ids: Sequence[str] | None = None) -> int:
+        """Put failed or dead tasks back to ``pending`` with their attempts reset; returns how many moved.
+
+        ``states``: a subset of ``("failed", "dead")``. ``task_ids``: only these (ids in another state
+        are left as they are); None: every task in ``states``. Raises :class:`QueueError` for another
+        state and :class:`UnknownTask` (moving nothing) for an id the queue does not hold.
+        """
+        ...
+
     def close(self) -> None:
         """Release the connection; the queue object must not be used afterwards."""
         ...
@@ -193,6 +206,16 @@ resolution a claim saw its own leases as expired and handed the same task out tw
 MAX_LEASE_S = 86400.0
 """Longest lease, seconds (a day): a lease is renewed while its worker works, so a longer one only delays the
 reclaim of a dead worker's tasks."""
+
+
+RETRY_STATES = ("failed", "dead")
+
+
+def check_retry_states(states: Sequence[str]) -> None:
+    """Raise :class:`QueueError` unless ``states`` is a non-empty subset of :data:`RETRY_STATES`."""
+    wrong = [s for s in states if s not in RETRY_STATES]
+    if wrong or not states:
+        raise QueueError(f"retry takes tasks in states {' or '.join(RETRY_STATES)}, not {', '.join(wrong) or 'none'}")
 
 
 def check_claim_args(worker: str, k: int, lease_s: float) -> None:

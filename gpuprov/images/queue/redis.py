@@ -25,7 +25,7 @@ from typing import Any
 
 import redis as redis_lib
 
-from gpuprov.images.queue._redis_lua import CLAIM, COMPLETE, EXTEND, FAIL, KEY_NAMES, SUBMIT
+from gpuprov.images.queue._redis_lua import CLAIM, COMPLETE, EXTEND, FAIL, KEY_NAMES, RETRY, SUBMIT
 from gpuprov.images.queue.base import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_ATTEMPTS,
@@ -39,6 +39,7 @@ from gpuprov.images.queue.base import (
     UnknownTask,
     check_claim_args,
     check_config,
+    check_retry_states,
     dump_json,
     load_json,
     task_id,
@@ -79,18 +80,28 @@ class RedisQueue:
         self._k = dict(zip(KEY_NAMES, self._keys, strict=True))
         self._scripts = {
             name: client.register_script(src)
-            for name, src in (("submit", SUBMIT), ("claim", CLAIM), ("extend", EXTEND),
-                              ("complete", COMPLETE), ("fail", FAIL))
+            for name, src in (
+                ("submit", SUBMIT),
+                ("claim", CLAIM),
+                ("extend", EXTEND),
+                ("complete", COMPLETE),
+                ("fail", FAIL),
+                ("retry", RETRY),
+            )
         }
         try:
             if not create and not client.exists(stream):
-                raise QueueMissing(f"redis stream {stream}: no such stream on that server (a mistyped ?stream= or "
-                                   "database?); `gpuprov images submit` creates it")
+                raise QueueMissing(
+                    f"redis stream {stream}: no such stream on that server (a mistyped ?stream= or "
+                    "database?); `gpuprov images submit` creates it"
+                )
             client.xgroup_create(stream, GROUP, id="0", mkstream=True)
         except redis_lib.ResponseError as exc:
             if "out of range" in str(exc):  # the database number: above the server's `databases` or 2**31
-                raise QueueURLError(f"redis stream {stream}: the database number is out of range ({exc}); use "
-                                    "0 to the server's `databases` - 1") from exc
+                raise QueueURLError(
+                    f"redis stream {stream}: the database number is out of range ({exc}); use "
+                    "0 to the server's `databases` - 1"
+                ) from exc
             if "BUSYGROUP" not in str(exc):
                 raise QueueUnavailable(f"redis stream {stream}: cannot create consumer group: {exc}") from exc
         except redis_lib.RedisError as exc:
@@ -118,14 +129,20 @@ class RedisQueue:
         return new
 
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
-        """See :meth:`Queue.claim`. Expired leases are reclaimed before new tasks."""
+        """See :meth:`Queue.claim`. An expired lease is reclaimed alone, then retried tasks, then new entries."""
         check_claim_args(worker, k, lease_s)
         flat = self._run("claim", [worker, k, _ms(lease_s), self.max_attempts])
         tasks = []
         for i in range(0, len(flat), 3):
             record = load_json(flat[i + 1])
-            tasks.append(Task(id=flat[i].decode(), shard=int(record["shard"]), payload=record["payload"],
-                              attempts=int(flat[i + 2])))
+            tasks.append(
+                Task(
+                    id=flat[i].decode(),
+                    shard=int(record["shard"]),
+                    payload=record["payload"],
+                    attempts=int(flat[i + 2]),
+                )
+            )
         return tasks
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
@@ -145,6 +162,13 @@ class RedisQueue:
         """See :meth:`Queue.fail`."""
         if self._run("fail", [worker, task_id, reason, int(retry), self.max_attempts]) == 0:
             log.debug("worker %s does not hold task %s; fail ignored", worker, task_id)
+
+    def retry(self, states: Sequence[str], task_ids: Sequence[str] | None = None) -> int:
+        """See :meth:`Queue.retry`."""
+        check_retry_states(states)
+        if task_ids is not None and not task_ids:
+            return 0
+        return int(self._run("retry", [len(states), *states, *(task_ids or [])]))
 
     def stats(self) -> QueueStats:
         """See :meth:`Queue.stats`."""
@@ -174,8 +198,7 @@ class RedisQueue:
     def _pages(self, zset: str) -> Iterator[list[tuple[int, bytes]]]:
         after = "-inf"
         while True:
-            page = self._call(self._r.zrangebyscore, self._k[zset], after, "+inf", start=0, num=_BATCH,
-                              withscores=True)
+            page = self._call(self._r.zrangebyscore, self._k[zset], after, "+inf", start=0, num=_BATCH, withscores=True)
             if page:
                 yield [(int(score), tid) for tid, score in page]
             if len(page) < _BATCH:

@@ -44,6 +44,7 @@ from gpuprov.images.queue.base import (
     UnknownTask,
     check_claim_args,
     check_config,
+    check_retry_states,
     dump_json,
     load_json,
     task_id,
@@ -52,9 +53,11 @@ from gpuprov.images.queue.base import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``tasks.solo``; a version-1 file is upgraded in place when opened."""
 BUSY_TIMEOUT_S = 30.0
 _PAGE = 1000
+_LEASE = "UPDATE tasks SET state = 'leased', attempts = ?, solo = ?, worker = ?, lease_expires = ? WHERE id = ?"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,6 +68,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     state TEXT NOT NULL DEFAULT 'pending'
         CHECK (state IN ('pending', 'leased', 'done', 'failed', 'dead')),
     attempts INTEGER NOT NULL DEFAULT 0,
+    solo INTEGER NOT NULL DEFAULT 0,
     worker TEXT,
     lease_expires REAL,
     reason TEXT
@@ -122,6 +126,10 @@ class SqliteQueue:
                     self._db.execute(statement)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
                 (version,) = self._db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+                if version == "1":  # a queue of the previous gpuprov: its tasks were never claimed alone
+                    self._db.execute("ALTER TABLE tasks ADD COLUMN solo INTEGER NOT NULL DEFAULT 0")
+                    self._db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (str(SCHEMA_VERSION),))
+                    version = str(SCHEMA_VERSION)
             if version != str(SCHEMA_VERSION):
                 raise QueueUnavailable(f"{self.path}: queue schema {version}, this gpuprov reads {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
@@ -148,47 +156,60 @@ class SqliteQueue:
         return new
 
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
-        """See :meth:`Queue.claim`. Expired leases are reclaimed before new tasks, oldest shard first."""
+        """See :meth:`Queue.claim`. An expired lease is reclaimed alone, before any pending task; pending
+        tasks go oldest shard first."""
         check_claim_args(worker, k, lease_s)
         raw: list[tuple[str, int, str, int]] = []
         with self._tx():
             now = time.time()
             expires = now + lease_s
-            while len(raw) < k:
-                want = k - len(raw)
+            while True:
+                row = self._db.execute(
+                    "SELECT id, shard, payload, attempts, solo, worker FROM tasks"
+                    " WHERE state = 'leased' AND lease_expires <= ? ORDER BY shard LIMIT 1",
+                    (now,),
+                ).fetchone()
+                if row is None:
+                    break
+                tid, shard, payload, attempts, solo, holder = row
+                if solo and attempts >= self.max_attempts:
+                    self._bury(
+                        tid,
+                        f"lease of worker {holder} expired after {attempts} of {self.max_attempts} "
+                        "attempts, the last one alone in its claim",
+                    )
+                    continue
+                raw.append((tid, shard, payload, attempts + 1))
+                break
+            reclaimed = bool(raw)
+            while not reclaimed and len(raw) < k:
                 rows = self._db.execute(
-                    "SELECT id, shard, payload, attempts, state, worker FROM tasks"
-                    " WHERE state = 'leased' AND lease_expires <= ? ORDER BY shard LIMIT ?",
-                    (now, want),
-                ).fetchall()
-                rows += self._db.execute(
-                    "SELECT id, shard, payload, attempts, state, worker FROM tasks"
-                    " WHERE state = 'pending' ORDER BY shard LIMIT ?",
-                    (want - len(rows),),
+                    "SELECT id, shard, payload, attempts FROM tasks WHERE state = 'pending' ORDER BY shard LIMIT ?",
+                    (k - len(raw),),
                 ).fetchall()
                 if not rows:
                     break
-                dead: list[tuple[str, str]] = []
-                leased: list[tuple[int, str, float, str]] = []
-                for tid, shard, payload, attempts, state, holder in rows:
-                    if attempts >= self.max_attempts:
-                        why = f"lease of worker {holder} expired" if state == "leased" else "retried"
-                        dead.append((f"{why} after {attempts} of {self.max_attempts} attempts", tid))
-                        continue
-                    leased.append((attempts + 1, worker, expires, tid))
-                    raw.append((tid, shard, payload, attempts + 1))
-                # one statement per kind for the whole batch: the write lock is held for less time, which
-                # is what other workers on the same file wait for
-                self._db.executemany(
-                    "UPDATE tasks SET state = 'dead', worker = NULL, lease_expires = NULL, reason = ? WHERE id = ?",
-                    dead,
-                )
-                self._db.executemany(
-                    "UPDATE tasks SET state = 'leased', attempts = ?, worker = ?, lease_expires = ? WHERE id = ?",
-                    leased,
-                )
+                taken = []
+                for tid, shard, payload, attempts in rows:
+                    if attempts >= self.max_attempts:  # retried until its attempts ran out (max_attempts lowered)
+                        self._bury(tid, f"retried after {attempts} of {self.max_attempts} attempts")
+                    else:
+                        taken.append((tid, shard, payload, attempts + 1))
+                # one statement for the whole batch: the write lock is held for less time, which is what other
+                # workers on the same file wait for
+                self._db.executemany(_LEASE, [(n, 0, worker, expires, tid) for tid, _, _, n in taken])
+                raw += taken
+            if reclaimed or len(raw) == 1:  # alone in its claim: a crash of its worker is charged to it alone
+                ((tid, _, _, n),) = raw
+                self._db.execute(_LEASE, (n, 1, worker, expires, tid))
         # payloads are parsed after the commit, outside the write lock
         return [Task(id=tid, shard=shard, payload=load_json(payload), attempts=n) for tid, shard, payload, n in raw]
+
+    def _bury(self, tid: str, reason: str) -> None:
+        self._db.execute(
+            "UPDATE tasks SET state = 'dead', worker = NULL, lease_expires = NULL, reason = ? WHERE id = ?",
+            (reason, tid),
+        )
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
         """See :meth:`Queue.extend`."""
@@ -270,6 +291,22 @@ class SqliteQueue:
                 " ORDER BY shard"
             ).fetchall()
         yield from ((shard, state, reason, load_json(payload)) for shard, state, reason, payload in rows)
+
+    def retry(self, states: Sequence[str], task_ids: Sequence[str] | None = None) -> int:
+        """See :meth:`Queue.retry`."""
+        check_retry_states(states)
+        marks = ",".join("?" * len(states))
+        reset = (
+            "UPDATE tasks SET state = 'pending', attempts = 0, solo = 0, worker = NULL, lease_expires = NULL,"
+            f" reason = NULL WHERE state IN ({marks})"
+        )
+        with self._tx():
+            if task_ids is None:
+                return self._db.execute(reset, tuple(states)).rowcount
+            self._require(task_ids)
+            before = self._db.total_changes
+            self._db.executemany(reset + " AND id = ?", [(*states, tid) for tid in task_ids])
+            return self._db.total_changes - before
 
     def close(self) -> None:
         """See :meth:`Queue.close`."""

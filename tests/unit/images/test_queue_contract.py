@@ -60,14 +60,51 @@ def test_claim_validates_arguments(queue: Queue) -> None:
             queue.claim(worker, k, lease)
 
 
-def test_expired_lease_is_reclaimed_with_attempt_count(queue: Queue) -> None:
-    queue.submit(_paths(2))
+def test_expired_leases_come_back_one_per_claim_with_attempt_count(queue: Queue) -> None:
+    queue.submit(_paths(3))
     first = queue.claim("dead-worker", 2, SHORT)
-    assert queue.claim("b", 2, 30) == []  # still leased
+    assert queue.claim("b", 1, 30)[0].shard == 2  # the others are still leased
     _expire()
-    again = queue.claim("b", 2, 30)
-    assert [t.id for t in again] == [t.id for t in first]
-    assert [t.attempts for t in again] == [2, 2]
+    again = [queue.claim("b", 2, 30), queue.claim("b", 2, 30)]
+    assert [[t.id for t in got] for got in again] == [[first[0].id], [first[1].id]]
+    assert [got[0].attempts for got in again] == [2, 2]
+    assert queue.claim("b", 2, 30) == []
+
+
+def test_a_crash_is_charged_only_to_the_task_alone_in_its_claim(queue: Queue) -> None:
+    """A worker dies with a batch of four because of one image (its lease keeps expiring): the other three
+    come back alone and are done; only the one that also killed its worker alone goes dead."""
+    queue.submit(_paths(4))
+    first = queue.claim("w1", 4, SHORT)
+    poison = first[1].id
+    _expire()
+    for _ in range(12):
+        got = queue.claim("w2", 4, SHORT)
+        if not got:
+            if queue.stats().open == 0:
+                break
+            _expire()
+            continue
+        assert len(got) == 1, got  # an expired lease comes back alone
+        if got[0].id != poison:
+            queue.complete("w2", [(got[0].id, {"ok": 1})])
+    assert queue.stats() == QueueStats(pending=0, leased=0, done=3, failed=0, dead=1)
+    ((shard, state, reason, _),) = queue.failures()
+    assert (shard, state) == (1, "dead")
+    assert "3 of 3 attempts, the last one alone in its claim" in reason
+
+
+def test_a_task_out_of_attempts_is_not_dead_for_a_crash_in_a_shared_claim(queue: Queue) -> None:
+    queue.submit(_paths(2))
+    for _ in range(2):  # the fixture's max_attempts=3: two retries leave one attempt
+        for t in queue.claim("a", 1, 30):
+            queue.fail("a", t.id, "CUDA OOM", retry=True)
+    shared = queue.claim("a", 2, SHORT)
+    assert [t.attempts for t in shared] == [3, 1]
+    _expire()
+    (alone,) = queue.claim("b", 2, 30)  # the crash was not its own: once more, alone
+    assert (alone.shard, alone.attempts) == (0, 4)
+    assert queue.stats().dead == 0
 
 
 def test_extend_keeps_the_lease_only_for_its_holder(queue: Queue) -> None:
@@ -98,8 +135,8 @@ def test_complete_records_one_row_per_task(queue: Queue) -> None:
     (t0, t1, t2) = queue.claim("a", 3, SHORT)
     assert queue.complete("a", [(t0.id, {"out": "a0"})]) == 1
     _expire()
-    late = queue.claim("b", 3, 30)  # t1, t2 reclaimed; t0 is done
-    assert {t.id for t in late} == {t1.id, t2.id}
+    late = queue.claim("b", 3, 30) + queue.claim("b", 3, 30)  # t1, t2 reclaimed (one per claim); t0 is done
+    assert [t.id for t in late] == [t1.id, t2.id]
     assert queue.complete("b", [(t1.id, {"out": "b1"}), (t0.id, {"out": "b0"})]) == 1
     assert queue.complete("a", [(t1.id, {"out": "a1"}), (t2.id, {"out": "a2"})]) == 1  # a's late t2 wins
     assert queue.complete("b", [(t2.id, {"out": "b2"})]) == 0
@@ -153,6 +190,51 @@ def test_expired_lease_past_max_attempts_is_dead_lettered(queue: Queue) -> None:
     ((shard, state, reason, _),) = queue.failures()
     assert (shard, state) == (0, "dead")
     assert "expired" in reason
+
+
+def _one_failed_one_dead(queue: Queue) -> tuple[str, str]:
+    queue.submit(_paths(2))
+    bad, flaky = queue.claim("a", 2, 30)
+    queue.fail("a", bad.id, "corrupt PNG header", retry=False)
+    queue.fail("a", flaky.id, "CUDA OOM", retry=True)
+    for _ in range(2):  # the fixture's max_attempts=3
+        (t,) = queue.claim("a", 1, 30)
+        queue.fail("a", t.id, "CUDA OOM", retry=True)
+    assert queue.stats() == QueueStats(pending=0, leased=0, done=0, failed=1, dead=1)
+    return bad.id, flaky.id
+
+
+def test_retry_dead_puts_only_dead_tasks_back_with_fresh_attempts(queue: Queue) -> None:
+    _, flaky = _one_failed_one_dead(queue)
+    assert queue.retry(["dead"]) == 1
+    assert queue.stats() == QueueStats(pending=1, leased=0, done=0, failed=1, dead=0)
+    (t,) = queue.claim("b", 5, 30)
+    assert (t.id, t.attempts) == (flaky, 1)
+    assert queue.complete("b", [(t.id, {"out": 1})]) == 1
+    assert [(state, reason) for _, state, reason, _ in queue.failures()] == [("failed", "corrupt PNG header")]
+    assert queue.retry(["dead"]) == 0
+
+
+def test_retry_by_id_moves_only_those_ids_in_the_given_states(queue: Queue) -> None:
+    bad, _ = _one_failed_one_dead(queue)
+    assert queue.retry(["dead"], [bad]) == 0  # bad is failed, not dead
+    assert queue.retry(["failed", "dead"], []) == 0
+    assert queue.retry(["failed"], [bad]) == 1
+    assert queue.stats() == QueueStats(pending=1, leased=0, done=0, failed=0, dead=1)
+    (t,) = queue.claim("b", 5, 30)
+    assert t.id == bad
+    queue.fail("b", t.id, "corrupt PNG header", retry=False)  # a retried task can fail again
+    assert queue.stats() == QueueStats(pending=0, leased=0, done=0, failed=1, dead=1)
+
+
+def test_retry_rejects_unknown_ids_and_other_states_moving_nothing(queue: Queue) -> None:
+    bad, _ = _one_failed_one_dead(queue)
+    with pytest.raises(UnknownTask):
+        queue.retry(["failed", "dead"], [bad, "no-such-id"])
+    for states in ([], ["pending"], ["dead", "done"]):
+        with pytest.raises(QueueError):
+            queue.retry(states)
+    assert queue.stats() == QueueStats(pending=0, leased=0, done=0, failed=1, dead=1)
 
 
 def test_late_completion_revives_a_dead_task(queue: Queue) -> None:

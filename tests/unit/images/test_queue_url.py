@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,6 @@ def test_sqlite_absolute_and_relative(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
-    import sqlite3
-
     open_queue(f"sqlite://{tmp_path}/q.db").close()
     with sqlite3.connect(tmp_path / "q.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -256,3 +255,26 @@ def test_a_redis_database_out_of_the_servers_range_is_a_usage_error(redis_url: s
     with pytest.raises(QueueURLError, match="database number is out of range") as err:
         open_queue(f"{base}/999")
     assert err.value.exit_code == EXIT_USAGE
+
+
+def test_sqlite_queue_of_schema_1_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema', '1');"
+        "CREATE TABLE tasks (id TEXT PRIMARY KEY, shard INTEGER NOT NULL UNIQUE, payload TEXT NOT NULL,"
+        " state TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0, worker TEXT,"
+        " lease_expires REAL, reason TEXT);"
+        "CREATE TABLE results (task_id TEXT PRIMARY KEY REFERENCES tasks (id), row TEXT NOT NULL);"
+        "INSERT INTO tasks (id, shard, payload) VALUES ('t0', 0, '{\"path\": \"/img/a.png\"}');"
+    )
+    db.commit()
+    db.close()
+    q = SqliteQueue(path)
+    try:
+        (task,) = q.claim("w", 4, 30)
+        assert (task.id, task.payload, task.attempts) == ("t0", {"path": "/img/a.png"}, 1)
+    finally:
+        q.close()
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("2",)
