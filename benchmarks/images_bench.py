@@ -50,10 +50,15 @@ def naive(paths: list[Path], n: int) -> float:
     from PIL import Image
 
     model = resnet50()
-    tf = v2.Compose([
-        v2.PILToTensor(), v2.Resize(256, antialias=True), v2.CenterCrop(224),
-        v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-    ])
+    tf = v2.Compose(
+        [
+            v2.PILToTensor(),
+            v2.Resize(256, antialias=True),
+            v2.CenterCrop(224),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ]
+    )
     t0 = time.perf_counter()
     with torch.inference_mode():
         for i in range(n):
@@ -83,9 +88,13 @@ def dataloader(paths: list[Path], n: int, workers: int, batch: int) -> float:
     model = resnet50()
     mean = torch.tensor([0.485, 0.456, 0.406], device=DEVICE).view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device=DEVICE).view(1, 3, 1, 1) * 255
-    loader = torch.utils.data.DataLoader(_Files(paths, n), batch_size=batch, num_workers=workers,
-                                         pin_memory=DEVICE == "cuda",
-                                         prefetch_factor=4 if workers else None)
+    loader = torch.utils.data.DataLoader(
+        _Files(paths, n),
+        batch_size=batch,
+        num_workers=workers,
+        pin_memory=DEVICE == "cuda",
+        prefetch_factor=4 if workers else None,
+    )
     t0 = time.perf_counter()
     with torch.inference_mode():
         for cpu_batch in loader:
@@ -159,7 +168,8 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
     job gets from provisioned workers (the image_workers role's services).
     """
     from gpuprov.images.queue import open_queue
-    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
+    from gpuprov.images.supervisor import SlotState, supervise
+    from gpuprov.images.worker import WorkerConfig, resolve_slots
 
     if warm:
         return _warm(paths, n, gpus, work, batch, threads, procs, jpeg)
@@ -212,7 +222,8 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
 def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int, procs: int,
           jpeg: str) -> dict[str, Any]:  # fmt: skip
     from gpuprov.images.queue import open_queue
-    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise
+    from gpuprov.images.supervisor import SlotState, supervise
+    from gpuprov.images.worker import WorkerConfig, resolve_slots
 
     model_file = resnet50_file(work)
     url = f"sqlite:///{work}/warm-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"

@@ -34,8 +34,9 @@ def _ping(port: int) -> bool:
         return False
 
 
-def start_redis(workdir: Path) -> Iterator[str]:
-    """Run redis-server without persistence in ``workdir``; yields ``redis://127.0.0.1:PORT``."""
+def start_redis(workdir: Path, *, appendonly: bool = False) -> Iterator[str]:
+    """Run redis-server in ``workdir``, without persistence unless ``appendonly`` (AOF, fsync every
+    second); yields ``redis://127.0.0.1:PORT/0``."""
     exe = shutil.which("redis-server")
     if exe is None:
         if os.environ.get("CI"):
@@ -44,7 +45,8 @@ def start_redis(workdir: Path) -> Iterator[str]:
     for _ in range(5):  # another process may take the port between probe and bind
         port = _free_port()
         proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes" if appendonly else "no",
              "--dir", str(workdir), "--logfile", str(workdir / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -68,3 +70,9 @@ def start_redis(workdir: Path) -> Iterator[str]:
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``redis://127.0.0.1:PORT/0`` of a redis-server private to this test session."""
     yield from start_redis(tmp_path_factory.mktemp("redis"))
+
+
+@pytest.fixture(scope="session")
+def redis_aof_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://127.0.0.1:PORT/0`` of a private redis-server with ``appendonly yes``, as production runs it."""
+    yield from start_redis(tmp_path_factory.mktemp("redis-aof"), appendonly=True)

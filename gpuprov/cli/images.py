@@ -7,8 +7,11 @@
 for new images instead of exiting, and the manifest is rewritten each time the queue drains. Every
 ``--queue`` may come from the environment variable ``GPUPROV_IMAGES_QUEUE`` instead, so that a URL with a
 Redis password stays out of the process list (the role's 0600 environment file sets it).
-Exit codes: 0 done (failed images are listed in ``OUT/failures.jsonl`` and counted, not fatal);
-2 bad usage; 4 no torch, no queue store, or a worker on the wrong GPU.
+Exit codes of ``run``: 0 done (failed images - corrupt, unreadable - are listed in ``OUT/failures.jsonl``
+and counted, not fatal); 1 done but tasks are dead (out of attempts: a worker kept crashing or timing
+out on them; ``retry --dead`` queues them again); 2 bad usage; 4 no torch, no queue store, a queue
+that lost tasks, or a worker on the wrong GPU or without a dependency. ``retry`` puts dead or failed
+tasks back (all, or the ones named by path or key).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ QUEUE_ENVVAR = "GPUPROV_IMAGES_QUEUE"
 #: the largest --batch taken: far above what a GPU's memory holds of any model's inputs, and small enough for every
 #: queue store's integers (a batch of 10**20 overflowed SQLite's INTEGER in each worker)
 MAX_BATCH = 65536
+EXIT_DEAD = 1
 
 
 def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
@@ -54,14 +58,17 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
         try:
             images = list(_source(src))
         except PermissionError as exc:
-            raise ConfigError(f"{src}: cannot read {exc.filename or src} (permission denied); give a source this "
-                              "user can read") from exc
+            raise ConfigError(
+                f"{src}: cannot read {exc.filename or src} (permission denied); give a source this user can read"
+            ) from exc
         for image in images:
             named = True
             yield image
         if not named:
-            raise ConfigError(f"{src}: {_why_empty(Path(src))}; name image files ({', '.join(sorted(IMAGE_SUFFIXES))}),"
-                              " folders holding them, globs or manifests (.txt, .jsonl)")
+            raise ConfigError(
+                f"{src}: {_why_empty(Path(src))}; name image files ({', '.join(sorted(IMAGE_SUFFIXES))}),"
+                " folders holding them, globs or manifests (.txt, .jsonl)"
+            )
 
 
 def _source(src: str) -> Iterator[Path]:
@@ -134,14 +141,16 @@ def _make_out(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot create the folder ({exc.strerror}); give a folder this user can "
-                          "write") from exc
+        raise ConfigError(
+            f"--out {out}: cannot create the folder ({exc.strerror}); give a folder this user can write"
+        ) from exc
     try:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror}); give a folder this user can "
-                          "write") from exc
+        raise ConfigError(
+            f"--out {out}: cannot write there ({exc.strerror}); give a folder this user can write"
+        ) from exc
 
 
 def _installed(module: str) -> bool:
@@ -158,14 +167,27 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def _open_for_run(url: str, follow: bool, label: str) -> Any:
+def _open_for_run(url: str, follow: bool, label: str, out: Path) -> Any:
     """The queue a run works on. A one-off run on a mistyped path exits 2 and creates no empty queue
-    (a service, ``follow``, creates it). A run whose task (``label``) differs from the one that made the
+    (a service, ``follow``, creates it); on a missing queue that ``out``'s manifest was made from, it
+    exits 4 (:class:`QueueLost`). A run whose task (``label``) differs from the one that made the
     queue's results exits 2 (:class:`ConfigError`): results are kept per image, so another task would get
     the first one's rows back unchanged."""
-    from gpuprov.images.queue import open_queue
+    from gpuprov.images.manifest import manifest_rows
+    from gpuprov.images.queue import QueueLost, QueueMissing, open_queue
 
-    queue = open_queue(url, create=follow)
+    try:
+        queue = open_queue(url, create=follow)
+    except QueueMissing as exc:
+        had = manifest_rows(out)
+        if had:
+            raise QueueLost(
+                f"{exc.message.split(';')[0]}, but {out / 'manifest.jsonl'} has {had} rows made from it: the queue "
+                "was lost (a Redis server restarted without persistence?); the manifest is left as it was"
+            ) from exc
+        raise
+    if warning := queue.durability_warning():
+        click.echo(f"gpuprov: warning: {warning}", err=True)
     rows = queue.results()
     try:
         first = next(iter(rows), None)
@@ -208,27 +230,51 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @command.command("run")
 @click.option("--queue", "url", required=True, envvar=QUEUE_ENVVAR, show_envvar=True, help="Queue URL.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
-@click.option("--task", "task", default=None, type=click.Choice(["stats", "thumbnail"]),
-              help="Built-in task: stats or thumbnail.")
+@click.option(
+    "--task", "task", default=None, type=click.Choice(["stats", "thumbnail"]), help="Built-in task: stats or thumbnail."
+)
 @click.option("--model", "model", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="TorchScript (.pt) or ONNX (.onnx) classifier.")  # fmt: skip
 @click.option("--gpus", default="all", show_default=True, help="all, cpu, or indices/UUIDs like 0,1.")
-@click.option("--cpu-workers", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Worker processes when running on CPU.")
+@click.option(
+    "--cpu-workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes when running on CPU.",
+)
 @click.option("--batch", default="auto", show_default=True, help="auto or a number.")
-@click.option("--size", type=click.IntRange(min=1), default=None,
-              help="Working size (model input, thumbnail long side).")
-@click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(min=1, max=MAX_LEASE_S),
-              help="Lease in seconds, 1 to 86400 (renewed while working).")
-@click.option("--threads", default=4, show_default=True, type=click.IntRange(min=1),
-              help="CPU decode threads per worker.")
-@click.option("--procs-per-gpu", "procs_per_gpu", default=None, type=click.IntRange(min=1),
-              help="Worker processes per GPU, all pinned to it by UUID (default: 4, measured on an H200).")
-@click.option("--jpeg", default="torchvision", show_default=True,
-              type=click.Choice(["torchvision", "nvimgcodec", "auto"]),
-              help="Baseline JPEG decoder on a GPU; nvimgcodec needs nvidia-nvimgcodec-cu13.")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
-              help="Serve Prometheus metrics on this port.")
+@click.option(
+    "--size", type=click.IntRange(min=1), default=None, help="Working size (model input, thumbnail long side)."
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=1, max=MAX_LEASE_S),
+    help="Lease in seconds, 1 to 86400 (renewed while working).",
+)
+@click.option(
+    "--threads", default=4, show_default=True, type=click.IntRange(min=1), help="CPU decode threads per worker."
+)
+@click.option(
+    "--procs-per-gpu",
+    "procs_per_gpu",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Worker processes per GPU, all pinned to it by UUID (default: 4, measured on an H200).",
+)
+@click.option(
+    "--jpeg",
+    default="torchvision",
+    show_default=True,
+    type=click.Choice(["torchvision", "nvimgcodec", "auto"]),
+    help="Baseline JPEG decoder on a GPU; nvimgcodec needs nvidia-nvimgcodec-cu13.",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(1, 65535), default=None, help="Serve Prometheus metrics on this port."
+)
 @click.option("--quiet", is_flag=True, help="No live progress.")
 @click.option("--follow", is_flag=True,
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
@@ -237,21 +283,26 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             size: int | None, lease_s: float, threads: int, procs_per_gpu: int | None, jpeg: str,
             metrics_port: int | None, quiet: bool, follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
+    from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
-    from gpuprov.images.worker import SlotState, WorkerConfig, resolve_slots, supervise, task_label, write_manifest
+    from gpuprov.images.supervisor import SlotState, supervise
+    from gpuprov.images.worker import WorkerConfig, resolve_slots, task_label
 
     _check_run_options(task, model, batch, lease_s)
     _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
     if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
         # checked here, not in each worker, where it would surface as "worker exited with 2"
-        raise ConfigError("--jpeg nvimgcodec: nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13); "
-                          "use --jpeg auto to fall back to torchvision's nvJPEG")
+        raise ConfigError(
+            "--jpeg nvimgcodec: nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13); "
+            "use --jpeg auto to fall back to torchvision's nvJPEG"
+        )
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
                         None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
                         jpeg=jpeg)  # fmt: skip
     metrics = Metrics(metrics_port)
-    queue = _open_for_run(url, follow, task_label(task, str(model) if model else None))
+    queue = _open_for_run(url, follow, task_label(task, str(model) if model else None), out)
+    total = queue.stats().total
     console = output.console(stderr=True, quiet=quiet)
     started = time.monotonic()
     last_poll = [0.0]
@@ -265,7 +316,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             drained = queue.stats()
             if drained.open == 0 and drained.done + drained.failed + drained.dead != manifest_done[0]:
                 manifest_done[0] = drained.done + drained.failed + drained.dead
-                rows, fails = write_manifest(queue, out)
+                rows, fails = write_manifest(queue, out, total)
                 console.log(f"queue drained: {rows} rows in {out / 'manifest.jsonl'}, {fails} failed")
         metrics.worker(st.slot.name, st.total_done, st.failed, st.batch, time.time())
         if event.get("event") == "start":
@@ -285,15 +336,25 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     _exit_on_sigterm()
     try:
         states_ref.extend(supervise(base, slots, on_event, procs_per_gpu))
-        rows, fails = write_manifest(queue, out)
+        rows, fails = write_manifest(queue, out, total)
+        dead = queue.stats().dead
     finally:
         queue.close()
-    elapsed = time.monotonic() - started
-    images = sum(st.total_done for st in states_ref)
-    restarts = sum(st.restarts for st in states_ref)
+    _report_run(out, states_ref, rows, fails, dead, time.monotonic() - started)
+
+
+def _report_run(out: Path, states: list[Any], rows: int, fails: int, dead: int, elapsed: float) -> None:
+    """Print a finished run's summary (``states``: the slots' ``SlotState``); exit :data:`EXIT_DEAD` when
+    tasks are dead, naming the command that queues them again."""
+    images = sum(st.total_done for st in states)
+    restarts = sum(st.restarts for st in states)
     rate = images / max(elapsed, 1e-9)
-    click.echo(f"{rows} rows in {out / 'manifest.jsonl'}, {fails} failed; {images} images in {elapsed:.1f} s "
-               f"({rate:.1f} img/s); restarts {restarts}")  # fmt: skip
+    click.echo(f"{rows} rows in {out / 'manifest.jsonl'}, {fails - dead} failed, {dead} dead; {images} images in "
+               f"{elapsed:.1f} s ({rate:.1f} img/s); restarts {restarts}")  # fmt: skip
+    if dead:
+        click.echo(f"{dead} task(s) dead: out of attempts (see {out / 'failures.jsonl'}); once the cause is fixed, "
+                   f"`gpuprov images retry --dead` queues them again and another run processes them", err=True)
+        raise click.exceptions.Exit(EXIT_DEAD)
 
 
 @command.command("status")
@@ -307,8 +368,11 @@ def status_cmd(url: str, as_json: bool) -> None:
     try:
         stats = queue.stats()
         failures = [f for _, f in zip(range(10), queue.failures(), strict=False)]
+        warning = queue.durability_warning()
     finally:
         queue.close()
+    if warning:
+        click.echo(f"gpuprov: warning: {warning}", err=True)
     counts = {s: getattr(stats, s) for s in ("pending", "leased", "done", "failed", "dead")}
     if as_json:
         click.echo(json.dumps({**counts, "total": stats.total}))
@@ -319,3 +383,39 @@ def status_cmd(url: str, as_json: bool) -> None:
     output.console().print(table)
     for shard, state, reason, payload in failures:
         click.echo(f"shard {shard} ({payload.get('path') or payload.get('key')}): {state}: {reason}")
+
+
+@command.command("retry")
+@click.argument("keys", nargs=-1)
+@click.option("--queue", "url", required=True, envvar=QUEUE_ENVVAR, show_envvar=True, help="Queue URL.")
+@click.option("--dead", is_flag=True, help="Dead tasks (out of attempts).")
+@click.option("--failed", is_flag=True, help="Failed tasks (the image could not be processed).")
+def retry_cmd(keys: tuple[str, ...], url: str, dead: bool, failed: bool) -> None:
+    """Queue dead or failed tasks again with fresh attempts: all of them, or those KEYS (image paths as
+    submitted, or keys). With KEYS and neither flag, both states."""
+    from gpuprov.images.queue import UnknownTask, open_queue, task_id
+
+    states = [s for s, on in (("failed", failed), ("dead", dead)) if on] or (["failed", "dead"] if keys else [])
+    if not states:
+        raise ConfigError("say what to retry: --dead, --failed, or the paths or keys of the tasks")
+    ids = [task_id(_task_key(k)) for k in keys] if keys else None
+    queue = open_queue(url, create=False)
+    try:
+        moved = queue.retry(states, ids)
+        click.echo(f"{moved} task(s) queued again ({' and '.join(states)}); {queue.stats().open} open")
+    except UnknownTask as exc:
+        unknown = [k for k, i in zip(keys, ids or [], strict=True) if i in str(exc)] or list(keys)
+        raise ConfigError(
+            f"--queue {url}: no task for {', '.join(unknown[:5])}; give image paths or keys as they were "
+            "submitted (`gpuprov images status` lists the failures)"
+        ) from None
+    finally:
+        queue.close()
+
+
+def _task_key(key: str) -> str:
+    """The submitted key for a command-line KEY: a path that exists is made absolute, as submit does."""
+    if not key.strip():
+        raise ConfigError("an empty KEY names no task; give the image paths or keys to retry")
+    path = Path(key)
+    return str(path.resolve()) if path.exists() else key

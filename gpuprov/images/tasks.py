@@ -13,9 +13,11 @@ input's content hash and written to a temporary file then renamed, so a task pro
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
+import re
 import socket
 import tempfile
 import warnings
@@ -29,6 +31,8 @@ from gpuprov.images.fused import resize_normalise
 from gpuprov.images.pipeline import Decoded, check_budget, to_unit, torch_modules
 
 BUILTIN_TASKS = ("stats", "thumbnail")
+#: the ``path`` of a synthetic item (never a real file name: not absolute)
+PROBE_PATH = "<probe>"
 TORCHSCRIPT_SUFFIXES = (".pt", ".pts", ".pth", ".torchscript", ".jit")
 
 
@@ -43,12 +47,15 @@ def writer_tag(pid: int | None = None) -> str:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
 
-    The temporary file is ``.<name>.<host>-<pid>.<random>.tmp``; a writer killed mid-write (kill -9)
-    leaves it behind, and :func:`sweep_temp_files` removes it once that process is known dead.
+    The file gets mode ``0666`` less the process umask, as ``open()`` would give it (``mkstemp``
+    alone makes it ``0600``). The temporary file is ``.<name>.<host>-<pid>.<random>.tmp``; a writer
+    killed mid-write (kill -9) leaves it behind, and :func:`sweep_temp_files` removes it once that
+    process is known dead.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{writer_tag()}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -59,19 +66,51 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def sweep_temp_files(out: Path, pid: int) -> int:
-    """Remove the temporary files that process ``pid`` of this host left under ``out``; returns how many.
+@functools.cache
+def process_umask() -> int:
+    """The process umask: the ``Umask:`` line of ``/proc/self/status`` (Linux >= 4.7), else set and reset."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no other way to read it; cached, so this runs once
+    os.umask(mask)
+    return mask
 
-    Only call it for a process that has exited (the supervisor does, before restarting a worker):
-    other writers' files, on this host or another sharing ``out``, carry another tag and are kept.
+
+def sweep_temp_files(out: Path, pid: int | None = None) -> int:
+    """Remove the temporary files that dead writers of this host left under ``out``; returns how many.
+
+    With ``pid``, only that process's files: call it only for a process that has exited (the supervisor
+    does, before restarting a worker). Without, every file of this host whose writer process no longer
+    exists (a run starting after a ``kill -9`` of the last one). Files of live processes, and of other
+    hosts sharing ``out``, are kept: their tags name another host or a running process.
     """
+    host = re.escape(socket.gethostname())
+    tag = re.compile(rf"\.{host}-(\d+)\.[^.]+\.tmp$")
     removed = 0
-    for tmp in out.rglob(f".*.{writer_tag(pid)}.*.tmp"):
+    for tmp in out.rglob(f".*.{writer_tag(pid) if pid is not None else socket.gethostname() + '-*'}.*.tmp"):
+        m = tag.search(tmp.name)
+        if m is None or (pid is None and _running(int(m.group(1)))):
+            continue
         tmp.unlink(missing_ok=True)
         removed += 1
     if removed:
-        log.info("removed %d temporary file(s) of dead worker %d under %s", removed, pid, out)
+        log.info("removed %d temporary file(s) of dead writers under %s", removed, out)
     return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass
@@ -141,7 +180,8 @@ class ThumbnailTask:
             pix = x.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
             encoded = torchvision.io.encode_jpeg(pix, quality=self.quality)
             rel = Path("thumbs") / item.sha256[:2] / f"{item.sha256}.jpg"
-            atomic_write(self.out / rel, bytes(encoded.cpu().numpy().tobytes()))
+            if item.path != PROBE_PATH:  # a warm-up or batch-size probe leaves no file behind
+                atomic_write(self.out / rel, bytes(encoded.cpu().numpy().tobytes()))
             rows.append(
                 {**_shape(item), "thumb": str(rel), "thumb_width": int(pix.shape[2]), "thumb_height": int(pix.shape[1])}
             )
@@ -273,7 +313,8 @@ def make_task(name: str | None, model: Path | None, out: Path, device: str, *, s
 
 
 def synthetic_items(n: int, device: str, height: int = 1080, width: int = 1440) -> list[Item]:
-    """``n`` random images on ``device`` for batch-size probing and benchmarks."""
+    """``n`` random ``height`` x ``width`` images on ``device`` for warm-up, batch-size probing and
+    benchmarks; their ``path`` is :data:`PROBE_PATH`, so tasks write no output file for them."""
     torch, _ = torch_modules()
     pixels = torch.randint(0, 256, (3, height, width), dtype=torch.uint8, device=device)
-    return [Item(f"probe-{i}", "<probe>", "0" * 64, Decoded(pixels, 255.0)) for i in range(n)]
+    return [Item(f"probe-{i}", PROBE_PATH, "0" * 64, Decoded(pixels, 255.0)) for i in range(n)]

@@ -1,6 +1,6 @@
-"""One worker process per device, fed by the shared queue; the supervisor that starts and restarts them.
+"""One worker process per device, fed by the shared queue (its supervisor: :mod:`gpuprov.images.supervisor`).
 
-Pinning (case B24): the supervisor resolves ``--gpus`` to NVML devices and starts each worker with
+Pinning: the supervisor resolves ``--gpus`` to NVML devices and starts each worker with
 ``CUDA_VISIBLE_DEVICES=GPU-<uuid>`` (never an index) and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. Each worker
 then reads the UUID and PCI bus id of the device CUDA actually opened and exits with code 4 on a
 mismatch instead of running on the wrong GPU. Without NVML or GPUs the workers run on ``cpu``.
@@ -17,12 +17,13 @@ Guarantees: a worker claims ``batch`` tasks with a lease, a thread renews the le
 output files are written atomically under names derived from the input's content hash, and result
 rows go to the queue's idempotent :meth:`complete`. ``kill -9`` of a worker loses nothing (its
 leases expire and another worker takes the tasks) and duplicates nothing (one row per task, one
-file per content hash). The supervisor restarts a worker that died, and at the end writes the
-manifest (``manifest.jsonl``, plus ``manifest.parquet`` when pyarrow is there) in shard order.
+file per content hash). The supervisor restarts a worker that died, and at the end the CLI writes the
+manifest (:mod:`gpuprov.images.manifest`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import importlib
@@ -31,12 +32,11 @@ import logging
 import os
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Full
 from queue import Queue as Channel
@@ -53,13 +53,19 @@ from gpuprov.images.pipeline import (
     release_memory,
     torch_modules,
 )
-from gpuprov.images.queue import Queue, QueueUnavailable, Task, open_queue
-from gpuprov.images.tasks import Item, atomic_write, make_task, sweep_temp_files, synthetic_items
+from gpuprov.images.queue import Queue, QueueLost, QueueMissing, QueueUnavailable, Task, UnknownTask, open_queue
+from gpuprov.images.tasks import Item, make_task, synthetic_items
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MAX_RESTARTS = 100
+EXIT_QUEUE_DOWN = 75
+"""A worker's exit code when the queue's store cannot be reached (``EX_TEMPFAIL``): the supervisor restarts
+it after a back-off (:mod:`gpuprov.images.supervisor`)."""
+SUPERVISOR_ENV = "GPUPROV_SUPERVISOR_PID"
+"""Environment variable with the supervisor's pid, which a worker checks once it has asked to die with it."""
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal a process gets when the thread that created it ends (Linux)."""
 DEFAULT_PROCS_PER_GPU = 4
 """Worker processes per GPU when not given. Measured on one H200 (docs/benchmarks.md, 2026-12-01, 200,000
 images, ResNet-50 fp16): 1 process 3,113 img/s steady, 4 processes 8,119, 8 processes 8,828 (+9 % for twice
@@ -67,7 +73,7 @@ the processes, host memory and CPU, and 2 % less end to end), so 4."""
 
 
 class DeviceMismatch(EnvironmentMissing):
-    """The device CUDA opened is not the one this worker was assigned (case B24). Exit 4."""
+    """The device CUDA opened is not the one this worker was assigned. Exit 4."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,7 @@ def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slo
     except Exception as exc:  # NVMLError, ImportError: no GPU here
         if gpus != "all":
             raise EnvironmentMissing(
-                f"--gpus {gpus}: NVML is unavailable ({exc}); is the NVIDIA driver loaded? "
-                "(--gpus cpu runs on the CPU)"
+                f"--gpus {gpus}: NVML is unavailable ({exc}); is the NVIDIA driver loaded? (--gpus cpu runs on the CPU)"
             ) from exc
         log.warning("--gpus all: NVML is unavailable (%s); running on the CPU", exc)
         return cpu
@@ -150,7 +155,7 @@ def replicate(slots: list[Slot], procs_per_gpu: int | None = None) -> list[Slot]
     """Each GPU slot ``procs_per_gpu`` times (default :data:`DEFAULT_PROCS_PER_GPU`), CPU slots once.
 
     The copies of ``gpuN`` are named ``gpuN.0``, ``gpuN.1``, ... (plain ``gpuN`` when there is one) and
-    keep the UUID and bus id, so every process is pinned to and checks the same device (case B24);
+    keep the UUID and bus id, so every process is pinned to and checks the same device;
     ``share`` tells each how many processes split the device's memory. Raises :class:`ConfigError`
     for ``procs_per_gpu`` < 1.
     """
@@ -206,6 +211,7 @@ class LeaseKeeper(threading.Thread):
         self.queue, self.worker, self.lease_s = queue, worker, lease_s
         self.held: set[str] = set()
         self.lock = threading.Lock()
+        self.released = threading.Condition(self.lock)
         self.stop = threading.Event()
 
     def hold(self, ids: list[str]) -> None:
@@ -215,6 +221,13 @@ class LeaseKeeper(threading.Thread):
     def release(self, ids: list[str]) -> None:
         with self.lock:
             self.held.difference_update(ids)
+            self.released.notify_all()
+
+    def wait_released(self, task_id: str) -> None:
+        """Block until ``task_id`` is released (completed or failed) or the keeper is stopped."""
+        with self.lock:
+            while task_id in self.held and not self.stop.is_set():
+                self.released.wait(0.5)
 
     def run(self) -> None:
         while not self.stop.wait(self.lease_s / 3):
@@ -235,7 +248,11 @@ def _claims(
 ) -> Iterator[Claimed]:
     """Claim and read batches until the queue has nothing open (with ``follow``: forever, polling every
     ``poll_s`` seconds while it is drained). ``timing["claim_s"]`` adds up the seconds spent in
-    ``queue.claim`` (lock waits included), ``timing["read_s"]`` those reading and hashing the files."""
+    ``queue.claim`` (lock waits included), ``timing["read_s"]`` those reading and hashing the files.
+
+    A task claimed again and alone (its earlier lease expired: a worker died or stalled with it) is
+    finished before the next claim, so a crash while it is in this worker is charged to it alone
+    (the queue dead-letters a task only after crashes of that kind, see :meth:`Queue.claim`)."""
     timing = {} if timing is None else timing
     while True:
         t0 = time.perf_counter()
@@ -263,6 +280,8 @@ def _claims(
             digests[t.id] = hashlib.sha256(data).hexdigest()
         timing["read_s"] = timing.get("read_s", 0.0) + time.perf_counter() - t0
         yield Claimed(entries, digests)
+        if len(tasks) == 1 and tasks[0].attempts > 1:
+            keeper.wait_released(tasks[0].id)
 
 
 @dataclass
@@ -437,6 +456,11 @@ class Committer(threading.Thread):
                 self.keeper.release(held)
                 self.emit({"event": "progress", "done": self.done, "failed": self.failed, "batch": batch,
                            "t": time.time(), **self.timing})  # fmt: skip
+            except UnknownTask as exc:  # a task this worker claimed: the queue was emptied under it
+                self.error = QueueLost(
+                    f"{exc.message}, a task this worker claimed: the queue lost its tasks (a Redis server "
+                    "restarted without persistence?)"
+                )
             except BaseException as exc:  # a queue error, a broken pipe to the supervisor: raised in the main thread
                 self.error = exc
 
@@ -462,12 +486,24 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
     task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, out, device, size=cfg.size)
     batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share)
     backoff = Backoff(batch)
-    if device != "cpu":  # cuDNN autotunes the full batch's shapes now, not in the first job's first batch
+    # Warm up before the first claim: the first batch of a fresh process pays the lazy imports and kernel
+    # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
+    # reclaimed alone after a crash is charged a crash of the worker holding it). On a GPU, cuDNN also
+    # autotunes the full batch's shapes now, not in the first job's first batch.
+    if device == "cpu":
+        task.process(synthetic_items(1, device, 32, 32))
+    else:
         backoff.run(synthetic_items(backoff.batch, device, WARMUP_SIDE, WARMUP_SIDE), task.process)
         set_full_batch = getattr(task, "set_full_batch", None)
         if set_full_batch is not None:
             set_full_batch(backoff.batch)
-    queue = open_queue(cfg.queue)
+    try:
+        queue = open_queue(cfg.queue, create=False)  # the run opened (or made) it before starting workers
+    except QueueMissing as exc:
+        raise QueueLost(
+            "the queue is gone since the run started (a Redis server restarted without persistence, or the queue "
+            "file was removed); its tasks are lost"
+        ) from exc
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
     decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg)
@@ -530,8 +566,24 @@ PROFILE_ENV = "GPUPROV_IMAGES_PROFILE"
 """A folder: each worker then runs under cProfile and writes ``<folder>/worker-<pid>.prof`` (benchmarks)."""
 
 
+def die_with_supervisor() -> None:
+    """Ask the kernel for SIGTERM when the supervisor's thread that started this process ends
+    (``prctl(PR_SET_PDEATHSIG)``), then exit at once if the supervisor named in :data:`SUPERVISOR_ENV`
+    already died before that request (this process's parent is then another one)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:  # not Linux
+        log.warning("cannot ask to die with the supervisor: %s", exc)
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    if supervisor and os.getppid() != int(supervisor):
+        sys.exit("gpuprov image worker: its supervisor exited before it started")
+
+
 def _child_main() -> None:
     logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
+    die_with_supervisor()
     raw = json.loads(sys.argv[1])
     cfg = WorkerConfig(**{**raw, "slot": Slot(**raw["slot"])})
 
@@ -549,164 +601,14 @@ def _child_main() -> None:
         worker_main(cfg, emit)
     except GpuprovError as exc:
         print(json.dumps({"event": "error", "error": exc.message}), flush=True)
+        if isinstance(exc, QueueUnavailable):  # may come back: the supervisor restarts this worker after a pause
+            sys.exit(EXIT_QUEUE_DOWN)
         if exc.exit_code == EXIT_USAGE:  # a bad model, option or queue URL: a restart would fail the same way
             sys.exit(EXIT_USAGE)
-        if isinstance(exc, EnvironmentMissing) and not isinstance(exc, QueueUnavailable):
-            # the wrong device, a missing package (onnxruntime for an .onnx model): a restart fails the same way.
-            # An unreachable queue may come back, so that worker is restarted.
+        if isinstance(exc, EnvironmentMissing):
+            # the wrong device, a missing package (onnxruntime for an .onnx model): a restart fails the same way
             sys.exit(EXIT_ENVIRONMENT)
         raise
-
-
-# --- the supervisor ------------------------------------------------------------------------------
-
-
-@dataclass
-class SlotState:
-    """What the supervisor knows about one slot's worker."""
-
-    slot: Slot
-    proc: subprocess.Popen[str] | None = None
-    done_before: int = 0
-    done: int = 0
-    failed: int = 0
-    batch: int = 0
-    restarts: int = 0
-    finished: bool = False
-    error: str | None = None  # the message of the worker's last "error" event
-    reader: threading.Thread | None = None  # reads the worker's events
-
-    def last_error(self, default: str) -> str:
-        """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
-        if self.reader is not None:
-            self.reader.join(timeout=5)
-        return self.error or default
-
-    @property
-    def total_done(self) -> int:
-        return self.done_before + self.done
-
-
-def worker_env(slot: Slot) -> dict[str, str]:
-    """The environment pinning a worker to ``slot`` by UUID (B24)."""
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
-    env["CUDA_VISIBLE_DEVICES"] = slot.uuid or ""
-    return env
-
-
-def supervise(
-    base: WorkerConfig,
-    slots: list[Slot],
-    on_event: Callable[[SlotState, dict[str, Any]], None],
-    procs_per_gpu: int | None = None,
-    stop: threading.Event | None = None,
-) -> list[SlotState]:
-    """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
-    drained (``base.follow``: until ``stop`` is set), restarting workers that die. Setting ``stop`` sends
-    every worker SIGTERM and returns once they have exited (a worker stopped mid-batch leaves its tasks
-    to lease expiry). Returns one state per worker process slot."""
-    states = [SlotState(s) for s in replicate(slots, procs_per_gpu)]
-    lock = threading.Lock()
-
-    def start(st: SlotState) -> None:
-        cfg = json.dumps(asdict(WorkerConfig(**{**asdict(base), "slot": st.slot})))
-        st.done_before += st.done
-        st.done = 0
-        st.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuprov.images.worker", cfg],
-            stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
-        )  # fmt: skip
-        st.reader = threading.Thread(target=read, args=(st, st.proc), daemon=True)
-        st.reader.start()
-
-    def read(st: SlotState, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            with lock:
-                if event.get("event") == "error":
-                    st.error = str(event.get("error"))
-                st.done = event.get("done", st.done)
-                st.failed = max(st.failed, event.get("failed", 0))
-                st.batch = event.get("batch", st.batch)
-                on_event(st, event)
-
-    try:
-        _run_slots(states, start, base, stop)
-    except BaseException:  # SIGTERM (SystemExit from the CLI's handler), ^C, errors: no orphaned workers
-        _stop(states)
-        raise
-    return states
-
-
-def _run_slots(
-    states: list[SlotState], start: Callable[[SlotState], None], base: WorkerConfig, stop: threading.Event | None
-) -> None:
-    for st in states:
-        start(st)
-    while not all(st.finished for st in states):
-        if stop is not None and stop.wait(0.2):
-            _stop(states)
-            for st in states:
-                if st.proc is not None:
-                    st.proc.wait()
-                st.finished = True
-            return
-        if stop is None:
-            time.sleep(0.2)
-        for st in states:
-            if st.finished or st.proc is None or (rc := st.proc.poll()) is None:
-                continue
-            if rc == 0:
-                st.finished = True
-            elif rc == EXIT_ENVIRONMENT:
-                _stop(states)
-                raise EnvironmentMissing(f"{st.slot.name}: {st.last_error('worker exited with 4 (see its log)')}")
-            elif rc == EXIT_USAGE:
-                _stop(states)
-                raise ConfigError(f"{st.slot.name}: {st.last_error('worker exited with 2 (bad configuration)')}")
-            elif st.restarts >= MAX_RESTARTS:
-                _stop(states)
-                raise EnvironmentMissing(f"{st.slot.name}: worker exited with {rc} ({st.restarts} restarts)")
-            else:
-                log.warning("%s: worker exited with %s; restarting", st.slot.name, rc)
-                sweep_temp_files(Path(base.out), st.proc.pid)  # what a kill -9 mid-write left
-                st.restarts += 1
-                start(st)
-
-
-def _stop(states: list[SlotState]) -> None:
-    for st in states:
-        if st.proc is not None and st.proc.poll() is None:
-            st.proc.send_signal(signal.SIGTERM)
-
-
-def write_manifest(queue: Queue, out: Path) -> tuple[int, int]:
-    """Write ``manifest.jsonl`` (and ``.parquet`` if pyarrow is there) and ``failures.jsonl`` in shard order."""
-    rows = [{"shard": shard, **row} for shard, row in queue.results()]
-    fails = [{"shard": s, "path": p.get("path"), "state": st, "reason": r} for s, st, r, p in queue.failures()]
-    atomic_write(out / "manifest.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
-    atomic_write(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in fails).encode())
-    try:
-        pa = importlib.import_module("pyarrow")
-        pq = importlib.import_module("pyarrow.parquet")
-    except ImportError:
-        return len(rows), len(fails)
-    tmp = out / ".manifest.parquet.tmp"
-    table = pa.table(
-        {
-            "shard": pa.array([r["shard"] for r in rows], pa.int64()),
-            "path": pa.array([r.get("path", "") for r in rows], pa.string()),
-            "sha256": pa.array([r.get("sha256", "") for r in rows], pa.string()),
-            "row": pa.array([json.dumps(r, sort_keys=True) for r in rows], pa.string()),
-        }
-    )
-    pq.write_table(table, tmp)
-    tmp.replace(out / "manifest.parquet")
-    return len(rows), len(fails)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Image-level chaos: 20 random kill -9 of real ``gpuprov images run`` workers over 500 images (CPU),
-on the sqlite queue and on a private redis-server (Redis Streams), the same suite for both.
+"""Image-level chaos: 20 random kill -9 of real ``gpuprov images run`` workers and 3 of the ``run`` process
+itself over 500 images (CPU), each killed run started again as a user would, on the sqlite queue and on a
+private redis-server with ``appendonly yes`` (Redis Streams), with the queue's default ``max_attempts``.
 
-Asserts 0 lost (every image has exactly one manifest row) and 0 duplicated outputs (one row per
-shard, one thumbnail per content hash, no temporary files left).
+Asserts 0 good images dead, 0 lost (every image has exactly one manifest row), 0 duplicated outputs (one
+row per shard, one thumbnail per content hash), no temporary file left, and no worker outliving a killed
+``run`` (they die with their supervisor).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from PIL import Image
 
 N_IMAGES = 500
 KILLS = 20
+RUN_KILLS = 3
 
 
 def _children(pid: int) -> list[int]:
@@ -33,17 +36,33 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _alive(pids: list[int], within_s: float) -> list[int]:
+    """The pids still running (zombies count as gone) after waiting up to ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
 @pytest.fixture(params=["sqlite", "redis"])
 def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The queue under test; 20 kills can hit the same early tasks repeatedly, so max_attempts keeps them
-    out of the dead-letter state."""
+    """The queue under test, with its default max_attempts."""
     if request.param == "redis":
-        return f"{request.getfixturevalue('redis_url')}?stream=images-chaos-{os.getpid()}&max_attempts={KILLS * 5}"
-    return f"sqlite:///{tmp_path}/q.db?max_attempts={KILLS * 5}"
+        return f"{request.getfixturevalue('redis_aof_url')}?stream=images-chaos-{os.getpid()}"
+    return f"sqlite:///{tmp_path}/q.db"
 
 
 @pytest.mark.slow
-def test_kill9_workers_lose_and_duplicate_nothing(queue_url: str, tmp_path: Path) -> None:
+def test_kill9_workers_and_runs_lose_nothing_dead_letter_nothing(queue_url: str, tmp_path: Path) -> None:
     src = tmp_path / "in"
     src.mkdir()
     rnd = random.Random(7)
@@ -54,27 +73,58 @@ def test_kill9_workers_lose_and_duplicate_nothing(queue_url: str, tmp_path: Path
     cli = [sys.executable, "-m", "gpuprov"]
     subprocess.run([*cli, "images", "submit", str(src), "--queue", url], check=True, capture_output=True)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    run = subprocess.Popen(
-        [*cli, "images", "run", "--queue", url, "--out", str(out), "--task", "thumbnail", "--size", "24",
-         "--gpus", "cpu", "--cpu-workers", "2", "--batch", "4", "--lease", "2", "--threads", "1", "--quiet"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    kills = 0
+    argv = [
+        *cli,
+        "images",
+        "run",
+        "--queue",
+        url,
+        "--out",
+        str(out),
+        "--task",
+        "thumbnail",
+        "--size",
+        "24",
+        "--gpus",
+        "cpu",
+        "--cpu-workers",
+        "2",
+        "--batch",
+        "4",
+        "--lease",
+        "2",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
+    kills = run_kills = 0
     deadline = time.monotonic() + 600
-    while kills < KILLS and run.poll() is None and time.monotonic() < deadline:
-        time.sleep(rnd.uniform(0.2, 1.2))
-        workers = _children(run.pid)
-        if workers:
+    while True:
+        run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while kills < KILLS and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(rnd.uniform(0.2, 1.2))
+            workers = _children(run.pid)
+            if not workers:
+                continue
+            if run_kills < RUN_KILLS and kills in (4, 9, 14):
+                run.kill()  # the supervisor itself, with its workers in the middle of batches
+                run.communicate(timeout=60)
+                run_kills += 1
+                kills += 1
+                assert _alive(workers, within_s=10) == [], "workers outlived their killed supervisor"
+                break
             os.kill(rnd.choice(workers), signal.SIGKILL)
             kills += 1
+        if run.returncode is None or run.returncode >= 0:
+            break
     stdout, stderr = run.communicate(timeout=600)
     assert run.returncode == 0, stderr
-    assert kills == KILLS, f"the run ended after {kills} kills; make it longer"
+    assert (kills, run_kills) == (KILLS, RUN_KILLS), f"the run ended after {kills} kills; make it longer"
     rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert (out / "failures.jsonl").read_text() == ""  # no good image dead
     assert [r["shard"] for r in rows] == list(range(N_IMAGES))  # none lost, none duplicated
     assert len({r["path"] for r in rows}) == N_IMAGES
     thumbs = sorted(p.name for p in (out / "thumbs").rglob("*.jpg"))
     assert thumbs == sorted({f"{r['sha256']}.jpg" for r in rows})
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
-    assert (out / "failures.jsonl").read_text() == ""
     assert "restarts 0;" not in stdout and "restarts 0\n" not in stdout

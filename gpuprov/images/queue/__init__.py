@@ -23,6 +23,7 @@ from gpuprov.images.queue.base import (
     DEFAULT_MAX_ATTEMPTS,
     Queue,
     QueueError,
+    QueueLost,
     QueueMissing,
     QueueStats,
     QueueUnavailable,
@@ -36,6 +37,7 @@ from gpuprov.images.queue.base import (
 __all__ = [
     "Queue",
     "QueueError",
+    "QueueLost",
     "QueueMissing",
     "QueueStats",
     "QueueURLError",

@@ -47,6 +47,12 @@ class QueueUnavailable(QueueError, EnvironmentMissing):
     """The queue's store cannot be opened or reached (sqlite file, Redis server). Exit 4."""
 
 
+class QueueLost(QueueError, EnvironmentMissing):
+    """The queue lost tasks it held: it shrank or vanished while a run used it, or holds fewer results
+    than the manifest made from it (a Redis server restarted without persistence, a queue file
+    replaced). Exit 4; a restart of the worker cannot bring the tasks back."""
+
+
 class QueueMissing(QueueError, ConfigError):
     """A command that only reads a queue (``status``) was pointed at one that does not exist. Exit 2."""
 
@@ -163,6 +169,11 @@ class Queue(Protocol):
         are left as they are); None: every task in ``states``. Raises :class:`QueueError` for another
         state and :class:`UnknownTask` (moving nothing) for an id the queue does not hold.
         """
+        ...
+
+    def durability_warning(self) -> str | None:
+        """Why the store may lose the queue on a restart (Redis with neither AOF nor RDB snapshots), or
+        None when it keeps it or cannot tell."""
         ...
 
     def close(self) -> None:

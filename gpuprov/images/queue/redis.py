@@ -31,6 +31,7 @@ from gpuprov.images.queue.base import (
     DEFAULT_MAX_ATTEMPTS,
     STATES,
     QueueError,
+    QueueLost,
     QueueMissing,
     QueueStats,
     QueueUnavailable,
@@ -114,6 +115,12 @@ class RedisQueue:
             text = str(exc)
             if "UNKNOWN " in text:
                 raise UnknownTask(f"redis stream {self.stream}: no such task: {text.split('UNKNOWN ', 1)[1]}") from exc
+            if "NOGROUP" in text:  # the stream key, and its consumer group with it, is gone
+                raise QueueLost(
+                    f"redis stream {self.stream}: the stream is gone while the queue was in use (a Redis server "
+                    "restarted without persistence, or the key was deleted); its tasks are lost. Turn on "
+                    "appendonly, submit the images again and run once more"
+                ) from exc
             raise QueueError(f"redis stream {self.stream}: {name} failed: {text}") from exc
         except redis_lib.RedisError as exc:
             raise QueueUnavailable(f"redis stream {self.stream}: {name} failed: {exc}") from exc
@@ -211,9 +218,29 @@ class RedisQueue:
         except redis_lib.RedisError as exc:
             raise QueueUnavailable(f"redis stream {self.stream}: {exc}") from exc
 
+    def durability_warning(self) -> str | None:
+        """See :meth:`Queue.durability_warning`: from ``CONFIG GET appendonly`` and ``save``; None when
+        ``CONFIG`` is refused (a managed Redis often renames it)."""
+        try:
+            config = self._r.config_get("appendonly") | self._r.config_get("save")
+        except redis_lib.RedisError as exc:
+            log.debug("redis stream %s: cannot read the persistence settings: %s", self.stream, exc)
+            return None
+        text = {_str(k): _str(v) for k, v in config.items()}
+        if text.get("appendonly") == "yes" or text.get("save", "").strip():
+            return None
+        return (
+            "the Redis server has neither appendonly nor RDB snapshots (save) on: a restart empties the queue "
+            "and its results; set `appendonly yes` (docs/queues.md)"
+        )
+
     def close(self) -> None:
         """See :meth:`Queue.close`."""
         self._r.close()
+
+
+def _str(value: str | bytes | None) -> str:
+    return value.decode() if isinstance(value, bytes) else value or ""
 
 
 def _ms(seconds: float) -> int:

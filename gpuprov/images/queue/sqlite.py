@@ -308,6 +308,10 @@ class SqliteQueue:
             self._db.executemany(reset + " AND id = ?", [(*states, tid) for tid in task_ids])
             return self._db.total_changes - before
 
+    def durability_warning(self) -> str | None:
+        """See :meth:`Queue.durability_warning`: None, a WAL file survives a restart."""
+        return None
+
     def close(self) -> None:
         """See :meth:`Queue.close`."""
         with self._lock:

@@ -16,8 +16,10 @@ pytest.importorskip("torchvision")
 from PIL import Image
 
 from gpuprov.exceptions import ConfigError
+from gpuprov.images.manifest import write_manifest
 from gpuprov.images.pipeline import MEM_BUDGET_ENV
 from gpuprov.images.queue import open_queue
+from gpuprov.images.supervisor import SlotState, supervise, worker_env
 from gpuprov.images.worker import (
     DEFAULT_PROCS_PER_GPU,
     Committer,
@@ -28,9 +30,7 @@ from gpuprov.images.worker import (
     replicate,
     resolve_slots,
     self_check,
-    worker_env,
     worker_main,
-    write_manifest,
 )
 
 B24 = [("GPU-d150", "00000000:01:00.0"), ("GPU-0a01", "00000000:07:00.0"), ("GPU-0a02", "00000000:47:00.0")]
@@ -68,7 +68,7 @@ def test_slots_pin_by_uuid_in_bus_order() -> None:
     assert [s.name for s in resolve_slots("cpu", cpu_workers=2)] == ["cpu0", "cpu1"]
 
 
-def test_b24_procs_per_gpu_keep_the_uuid_pin() -> None:
+def test_procs_per_gpu_keep_the_uuid_pin() -> None:
     gpus = resolve_slots("0,2", nvml=FakeNVML())
     procs = replicate(gpus, 3)
     assert [p.name for p in procs] == ["gpu0.0", "gpu0.1", "gpu0.2", "gpu2.0", "gpu2.1", "gpu2.2"]
@@ -241,8 +241,6 @@ def test_supervise_stops_following_workers_when_asked(tmp_path: Path) -> None:
     """A service's supervisor (follow) returns once ``stop`` is set, with every worker process ended."""
     import threading
 
-    from gpuprov.images.worker import supervise
-
     url = f"sqlite:///{tmp_path}/q.db"
     open_queue(url).close()
     started = threading.Event()
@@ -327,8 +325,6 @@ def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_p
     """A model returning a tuple: every worker would fail every batch; the run stops with the reason, exit 2."""
     import torch
 
-    from gpuprov.images.worker import supervise
-
     class Pair(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             pooled = x.mean(dim=(2, 3))
@@ -341,12 +337,12 @@ def test_a_model_that_does_not_return_one_tensor_stops_the_run_with_exit_2(tmp_p
         supervise(cfg, [Slot("cpu0")], lambda st, ev: None)
 
 
-def test_a_worker_missing_a_package_stops_the_run_with_exit_4_at_once(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_missing_a_package_stops_the_run_with_exit_4_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An .onnx model where onnxruntime cannot be imported: every restart would fail the same way, so the first
     worker's exit ends the run with its reason (exit 4), with no restart."""
     from gpuprov.exceptions import EXIT_ENVIRONMENT, EnvironmentMissing
-    from gpuprov.images import worker
 
     shadow = tmp_path / "shadow" / "onnxruntime"
     shadow.mkdir(parents=True)
@@ -355,9 +351,9 @@ def test_a_worker_missing_a_package_stops_the_run_with_exit_4_at_once(tmp_path: 
     (tmp_path / "m.onnx").write_bytes(b"not read: the import fails first")
     url = _one_image_queue(tmp_path)
     cfg = WorkerConfig(url, str(tmp_path / "out"), model=str(tmp_path / "m.onnx"), batch=2, size=8)
-    seen: list[worker.SlotState] = []
+    seen: list[SlotState] = []
     with pytest.raises(EnvironmentMissing, match="ONNX models need onnxruntime") as err:
-        worker.supervise(cfg, [Slot("cpu0"), Slot("cpu1")], lambda st, ev: seen.append(st))
+        supervise(cfg, [Slot("cpu0"), Slot("cpu1")], lambda st, ev: seen.append(st))
     assert err.value.exit_code == EXIT_ENVIRONMENT
     assert all(st.restarts == 0 for st in seen)
 

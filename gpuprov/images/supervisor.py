@@ -1,0 +1,218 @@
+"""The supervisor of ``gpuprov images run``: starts one worker process per slot and restarts those that die.
+
+A worker that dies is restarted at once, as long as its slot has had fewer than :data:`MAX_RESTARTS`
+restarts in the last :data:`RESTART_WINDOW_S` seconds: a ``--follow`` service that loses a worker now
+and then over days keeps running, a worker that dies on every start ends the run. Exit codes of a worker
+that a restart cannot mend end the run at once: 2 (bad configuration) and 4 (the wrong device, a missing
+package). A worker that exits with :data:`~gpuprov.images.worker.EXIT_QUEUE_DOWN` could not reach the
+queue's store (a Redis server restarting): it is restarted after a back-off that doubles from 1 s to
+:data:`QUEUE_RETRY_MAX_S`, one line logged each time, and the run ends with exit 4 naming the store once
+no worker has reached it for ``queue_timeout_s`` seconds.
+
+Workers die with the supervisor: each one asks the kernel for SIGTERM when the thread that started it
+ends (``PR_SET_PDEATHSIG``, :func:`gpuprov.images.worker.die_with_supervisor`), so a ``kill -9`` of
+``gpuprov images run`` leaves no worker holding leases. :func:`supervise` must therefore run in a thread
+that lives as long as the run (the CLI's main thread).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, EnvironmentMissing
+from gpuprov.images.queue import QueueUnavailable
+from gpuprov.images.tasks import sweep_temp_files
+from gpuprov.images.worker import EXIT_QUEUE_DOWN, SUPERVISOR_ENV, Slot, WorkerConfig, replicate
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 100
+"""Restarts of one slot's worker within :data:`RESTART_WINDOW_S` that end the run."""
+RESTART_WINDOW_S = 600.0
+"""Seconds over which :data:`MAX_RESTARTS` is counted."""
+QUEUE_RETRY_MAX_S = 30.0
+"""Longest wait, seconds, before restarting a worker that could not reach the queue."""
+DEFAULT_QUEUE_TIMEOUT_S = 300.0
+"""Seconds without any worker reaching the queue after which the run ends (exit 4)."""
+
+
+@dataclass
+class SlotState:
+    """What the supervisor knows about one slot's worker."""
+
+    slot: Slot
+    proc: subprocess.Popen[str] | None = None
+    done_before: int = 0
+    done: int = 0
+    failed: int = 0
+    batch: int = 0
+    restarts: int = 0
+    finished: bool = False
+    error: str | None = None  # the message of the worker's last "error" event
+    reader: threading.Thread | None = None  # reads the worker's events
+    recent: collections.deque[float] = field(default_factory=collections.deque)  # monotonic restart times
+    restart_at: float | None = None  # monotonic time of a delayed restart
+    queue_down_since: float | None = None  # monotonic time of the first of consecutive queue-down exits
+    queue_backoff_s: float = 0.0
+
+    def last_error(self, default: str) -> str:
+        """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
+        if self.reader is not None:
+            self.reader.join(timeout=5)
+        return self.error or default
+
+    @property
+    def total_done(self) -> int:
+        return self.done_before + self.done
+
+
+def worker_env(slot: Slot) -> dict[str, str]:
+    """The environment pinning a worker to ``slot`` by UUID (not by index: CUDA and NVML number GPUs
+    differently), and naming its supervisor (:data:`SUPERVISOR_ENV`)."""
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
+    env["CUDA_VISIBLE_DEVICES"] = slot.uuid or ""
+    env[SUPERVISOR_ENV] = str(os.getpid())
+    return env
+
+
+def supervise(
+    base: WorkerConfig,
+    slots: list[Slot],
+    on_event: Callable[[SlotState, dict[str, Any]], None],
+    procs_per_gpu: int | None = None,
+    stop: threading.Event | None = None,
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
+) -> list[SlotState]:
+    """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
+    drained (``base.follow``: until ``stop`` is set), restarting workers that die (see the module docstring).
+    Setting ``stop`` sends every worker SIGTERM and returns once they have exited (a worker stopped
+    mid-batch leaves its tasks to lease expiry). Returns one state per worker process slot.
+
+    Raises :class:`ConfigError` (a worker exited with 2), :class:`EnvironmentMissing` (exit 4, a slot out
+    of restarts) and :class:`QueueUnavailable` (no worker reached the queue for ``queue_timeout_s``)."""
+    states = [SlotState(s) for s in replicate(slots, procs_per_gpu)]
+    lock = threading.Lock()
+
+    def start(st: SlotState) -> None:
+        cfg = json.dumps(asdict(WorkerConfig(**{**asdict(base), "slot": st.slot})))
+        st.done_before += st.done
+        st.done = 0
+        st.restart_at = None
+        st.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuprov.images.worker", cfg],
+            stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
+        )  # fmt: skip
+        st.reader = threading.Thread(target=read, args=(st, st.proc), daemon=True)
+        st.reader.start()
+
+    def read(st: SlotState, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with lock:
+                if event.get("event") == "error":
+                    st.error = str(event.get("error"))
+                elif event.get("event") in ("start", "progress"):
+                    st.queue_down_since, st.queue_backoff_s = None, 0.0  # it reached the queue
+                st.done = event.get("done", st.done)
+                st.failed = max(st.failed, event.get("failed", 0))
+                st.batch = event.get("batch", st.batch)
+                on_event(st, event)
+
+    try:
+        _run_slots(states, start, base, stop, queue_timeout_s)
+    except BaseException:  # SIGTERM (SystemExit from the CLI's handler), ^C, errors: no orphaned workers
+        _stop(states)
+        raise
+    return states
+
+
+def _run_slots(
+    states: list[SlotState],
+    start: Callable[[SlotState], None],
+    base: WorkerConfig,
+    stop: threading.Event | None,
+    queue_timeout_s: float,
+) -> None:
+    sweep_temp_files(Path(base.out))  # what the workers of a killed earlier run left mid-write
+    for st in states:
+        start(st)
+    while not all(st.finished for st in states):
+        if stop is not None and stop.wait(0.2):
+            _stop(states)
+            for st in states:
+                if st.proc is not None:
+                    st.proc.wait()
+                st.finished = True
+            return
+        if stop is None:
+            time.sleep(0.2)
+        now = time.monotonic()
+        for st in states:
+            if st.restart_at is not None:
+                if now >= st.restart_at:
+                    start(st)
+                continue
+            if st.finished or st.proc is None or (rc := st.proc.poll()) is None:
+                continue
+            if rc == 0:
+                st.finished = True
+            elif rc == EXIT_ENVIRONMENT:
+                _stop(states)
+                raise EnvironmentMissing(f"{st.slot.name}: {st.last_error('worker exited with 4 (see its log)')}")
+            elif rc == EXIT_USAGE:
+                _stop(states)
+                raise ConfigError(f"{st.slot.name}: {st.last_error('worker exited with 2 (bad configuration)')}")
+            elif rc == EXIT_QUEUE_DOWN:
+                _queue_down(states, st, now, queue_timeout_s)
+            else:
+                while st.recent and st.recent[0] < now - RESTART_WINDOW_S:
+                    st.recent.popleft()
+                if len(st.recent) >= MAX_RESTARTS:
+                    _stop(states)
+                    raise EnvironmentMissing(
+                        f"{st.slot.name}: worker exited with {rc} ({len(st.recent)} restarts in the last "
+                        f"{RESTART_WINDOW_S:g} s): {st.last_error('see its log')}"
+                    )
+                log.warning("%s: worker exited with %s; restarting", st.slot.name, rc)
+                sweep_temp_files(Path(base.out), st.proc.pid)  # what a kill -9 mid-write left
+                st.restarts += 1
+                st.recent.append(now)
+                start(st)
+
+
+def _queue_down(states: list[SlotState], st: SlotState, now: float, timeout_s: float) -> None:
+    """A worker could not reach the queue: restart it after a back-off, or end the run after ``timeout_s``."""
+    message = st.last_error("the queue's store is unreachable")
+    if st.queue_down_since is None:
+        st.queue_down_since = now
+    down_s = now - min(s.queue_down_since for s in states if s.queue_down_since is not None)
+    if all(s.queue_down_since is not None or s.finished for s in states) and down_s >= timeout_s:
+        _stop(states)
+        raise QueueUnavailable(f"no worker has reached the queue for {down_s:.0f} s (limit {timeout_s:g} s): {message}")
+    st.queue_backoff_s = min(QUEUE_RETRY_MAX_S, max(1.0, st.queue_backoff_s * 2))
+    log.warning("%s: %s; restarting in %g s", st.slot.name, message, st.queue_backoff_s)
+    st.restarts += 1
+    st.restart_at = now + st.queue_backoff_s
+
+
+def _stop(states: list[SlotState]) -> None:
+    for st in states:
+        st.restart_at = None
+        if st.proc is not None and st.proc.poll() is None:
+            st.proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,83 @@
+"""The supervisor's restart rules, driven with stand-in worker processes that exit with a given code."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.images import supervisor
+from gpuprov.images.queue import QueueUnavailable
+from gpuprov.images.supervisor import SlotState, _run_slots
+from gpuprov.images.worker import EXIT_QUEUE_DOWN, Slot, WorkerConfig
+
+
+def _starter(codes: Callable[[int], int], starts: list[float], sleep_s: float = 0.0,
+             error: str | None = None) -> Callable[[SlotState], None]:  # fmt: skip
+    """A ``start`` that runs a process sleeping ``sleep_s`` then exiting with ``codes(n)`` on its n-th start."""
+
+    def start(st: SlotState) -> None:
+        st.restart_at = None
+        st.error = error
+        code = codes(len(starts))
+        starts.append(time.monotonic())
+        st.proc = subprocess.Popen([sys.executable, "-c", f"import time, sys; time.sleep({sleep_s}); sys.exit({code})"],
+                                   text=True)  # fmt: skip
+
+    return start
+
+
+def _states() -> list[SlotState]:
+    return [SlotState(Slot("cpu0"))]
+
+
+def test_a_worker_dying_on_every_start_ends_the_run_after_the_restart_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor, "MAX_RESTARTS", 3)
+    starts: list[float] = []
+    states = _states()
+    with pytest.raises(EnvironmentMissing, match=r"worker exited with 1 \(3 restarts in the last 600 s\)"):
+        _run_slots(states, _starter(lambda n: 1, starts), WorkerConfig("sqlite:///q", str(tmp_path)), None, 300)
+    assert len(starts) == 4 and states[0].restarts == 3
+
+
+def test_restarts_spread_over_time_never_end_a_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only restarts within the window count: eight deaths, never more than two in any 0.5 s."""
+    monkeypatch.setattr(supervisor, "MAX_RESTARTS", 3)
+    monkeypatch.setattr(supervisor, "RESTART_WINDOW_S", 0.5)
+    starts: list[float] = []
+    states = _states()
+    _run_slots(states, _starter(lambda n: 1 if n < 8 else 0, starts, sleep_s=0.3),
+               WorkerConfig("sqlite:///q", str(tmp_path)), None, 300)  # fmt: skip
+    assert states[0].finished and states[0].restarts == 8
+
+
+def test_an_unreachable_queue_backs_off_then_ends_naming_the_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    starts: list[float] = []
+    states = _states()
+    store = "redis stream gpuprov:images: Error 111 connecting to 127.0.0.1:6379. Connection refused."
+    with pytest.raises(QueueUnavailable, match=r"no worker has reached the queue for \d+ s \(limit 3 s\): redis"):
+        _run_slots(states, _starter(lambda n: EXIT_QUEUE_DOWN, starts, error=store),
+                   WorkerConfig("sqlite:///q", str(tmp_path)), None, 3)  # fmt: skip
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) == 3 and gaps[0] >= 1.0 and gaps[1] >= 2.0, gaps  # 1 s, then 2 s
+    lines = [r.getMessage() for r in caplog.records if r.name == "gpuprov.images.supervisor"]
+    assert lines == [f"cpu0: {store}; restarting in 1 s", f"cpu0: {store}; restarting in 2 s"]
+
+
+def test_a_queue_that_comes_back_resets_the_back_off(tmp_path: Path) -> None:
+    """A worker that reached the queue (here: one start, then a clean exit) ends the run normally."""
+    starts: list[float] = []
+    states = _states()
+    _run_slots(states, _starter(lambda n: EXIT_QUEUE_DOWN if n < 2 else 0, starts),
+               WorkerConfig("sqlite:///q", str(tmp_path)), None, 300)  # fmt: skip
+    assert states[0].finished and len(starts) == 3
