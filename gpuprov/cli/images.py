@@ -34,6 +34,7 @@ from rich.table import Table
 
 from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
+from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.queue.base import MAX_LEASE_S
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
@@ -275,13 +276,16 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @click.option(
     "--metrics-port", type=click.IntRange(1, 65535), default=None, help="Serve Prometheus metrics on this port."
 )
+@click.option("--max-pixels", "max_pixels", default=DEFAULT_MAX_PIXELS, show_default=True,
+              type=click.IntRange(min=1, max=2**62),
+              help="Refuse (fail, undecoded) an image declaring more pixels: decompression bombs. Pillow's limit.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
 @click.option("--follow", is_flag=True,
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
                    "rewritten each time the queue drains.")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
             size: int | None, lease_s: float, threads: int, procs_per_gpu: int | None, jpeg: str,
-            metrics_port: int | None, quiet: bool, follow: bool) -> None:  # fmt: skip
+            metrics_port: int | None, max_pixels: int, quiet: bool, follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
@@ -299,7 +303,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
         )
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
                         None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
-                        jpeg=jpeg)  # fmt: skip
+                        jpeg=jpeg, max_pixels=max_pixels)  # fmt: skip
     metrics = Metrics(metrics_port)
     queue = _open_for_run(url, follow, task_label(task, str(model) if model else None), out)
     total = queue.stats().total

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuprov.exceptions import EnvironmentMissing
-from gpuprov.images.pipeline import exif_orientation, jpeg_kind, png_bit_depth
+from gpuprov.images.formats import exif_orientation, jpeg_kind, png_bit_depth
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,13 @@ import importlib
 import logging
 import math
 import os
-import struct
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from gpuprov.images.formats import DEFAULT_MAX_PIXELS, declared_size, is_dicom, jpeg_kind, png_bit_depth
 
 log = logging.getLogger(__name__)
 
@@ -55,82 +56,6 @@ def torch_modules() -> tuple[Any, Any]:
 
         raise EnvironmentMissing("gpuprov images needs torch and torchvision: pip install 'gpuprov[images]'") from exc
     return torch, torchvision
-
-
-# --- format sniffing (pure Python, no torch) -------------------------------------------------------
-
-
-def jpeg_kind(data: bytes) -> str | None:
-    """``"baseline"``, ``"progressive"`` or ``"other"`` (lossless, arithmetic) for JPEG bytes, else None.
-
-    Reads markers up to the first start-of-frame; a truncated header still gives its kind if the
-    SOF marker was reached.
-    """
-    if data[:2] != b"\xff\xd8":
-        return None
-    pos = 2
-    while pos + 4 <= len(data):
-        if data[pos] != 0xFF:
-            return "other"
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker in (0xC0, 0xC1):
-            return "baseline"
-        if marker == 0xC2:
-            return "progressive"
-        if 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return "other"
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
-        pos += 2 + length
-    return "other"
-
-
-def exif_orientation(data: bytes) -> int | None:
-    """The EXIF orientation tag (1..8) of JPEG bytes, or None when absent or unreadable."""
-    if data[:2] != b"\xff\xd8":
-        return None
-    pos = 2
-    while pos + 4 <= len(data) and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
-        if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
-            return _tiff_orientation(data[pos + 10 : pos + 2 + length])
-        if marker == 0xDA:
-            return None
-        pos += 2 + length
-    return None
-
-
-def _tiff_orientation(tiff: bytes) -> int | None:
-    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
-        return None
-    order = "<" if tiff[:2] == b"II" else ">"
-    (ifd,) = struct.unpack(order + "I", tiff[4:8])
-    if ifd + 2 > len(tiff):
-        return None
-    (count,) = struct.unpack(order + "H", tiff[ifd : ifd + 2])
-    for i in range(count):
-        entry = ifd + 2 + 12 * i
-        if entry + 12 > len(tiff):
-            return None
-        tag, _kind, _n, value = struct.unpack(order + "HHIH", tiff[entry : entry + 10])
-        if tag == 0x0112:
-            return value if 1 <= value <= 8 else None
-    return None
-
-
-def is_dicom(data: bytes) -> bool:
-    """True for a DICOM Part 10 file: a 128-byte preamble, then ``DICM`` (DICOM PS3.10, section 7.1)."""
-    return data[128:132] == b"DICM"
-
-
-def png_bit_depth(data: bytes) -> int | None:
-    """The bit depth from a PNG's IHDR, or None when ``data`` is not a PNG."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 25:
-        return None
-    return data[24]
 
 
 # --- decoding ------------------------------------------------------------------------------------
@@ -273,12 +198,15 @@ class Decoder:
     (``cpu`` on a CPU).
     """
 
-    def __init__(self, device: str, threads: int = 4, *, jpeg: str = "torchvision") -> None:
+    def __init__(
+        self, device: str, threads: int = 4, *, jpeg: str = "torchvision", max_pixels: int = DEFAULT_MAX_PIXELS
+    ) -> None:
         from gpuprov.exceptions import ConfigError
 
         if jpeg not in JPEG_DECODERS:
             raise ConfigError(f"jpeg decoder {jpeg!r}: choose one of {', '.join(JPEG_DECODERS)}")
         self.device = device
+        self.max_pixels = max_pixels
         self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="decode")
         self.nvimgcodec: Any = None
         self.jpeg = "cpu" if device == "cpu" else "torchvision"
@@ -309,12 +237,16 @@ class Decoder:
         return out
 
     def decode(self, blobs: Sequence[bytes]) -> list[Decoded | DecodeError]:
-        """Decode every blob; a failure is returned in its place as a :class:`DecodeError`."""
+        """Decode every blob; a failure is returned in its place as a :class:`DecodeError`. An image that
+        declares more than ``max_pixels`` pixels is refused before any decoding (:func:`over_pixel_limit`);
+        formats that only Pillow reads (TIFF, BMP, ...) also stop at Pillow's own refusal, twice
+        ``PIL.Image.MAX_IMAGE_PIXELS``, which this leaves as it is."""
         torch, torchvision = torch_modules()
-        out: list[Decoded | DecodeError | None] = [None] * len(blobs)
-        gpu_idx = [i for i, b in enumerate(blobs) if self.device != "cpu" and jpeg_kind(b) == "baseline"]
+        out: list[Decoded | DecodeError | None] = [over_pixel_limit(b, self.max_pixels) for b in blobs]
+        gpu_idx = [i for i, b in enumerate(blobs)
+                   if out[i] is None and self.device != "cpu" and jpeg_kind(b) == "baseline"]  # fmt: skip
         on_gpu = set(gpu_idx)
-        cpu_idx = [i for i in range(len(blobs)) if i not in on_gpu]
+        cpu_idx = [i for i in range(len(blobs)) if i not in on_gpu and out[i] is None]
         futures = {i: self.pool.submit(_decode_cpu_pinned, blobs[i], self.device != "cpu") for i in cpu_idx}
         if gpu_idx and self.nvimgcodec is not None:
             decoded = self._decode_nvimgcodec([blobs[i] for i in gpu_idx])
@@ -349,6 +281,24 @@ class Decoder:
                 continue
             out[i] = Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
         return [o if o is not None else DecodeError("not decoded") for o in out]
+
+
+def over_pixel_limit(data: bytes, max_pixels: int) -> DecodeError | None:
+    """The error for an image that declares more than ``max_pixels`` pixels (a decompression bomb, or
+    just too large to decode safely), None for one within the limit or of unknown size."""
+    from PIL import Image
+
+    try:
+        size = declared_size(data)
+    except Image.DecompressionBombError as exc:
+        return DecodeError(f"refused before decoding: Pillow: {exc}")
+    if size is None or size[0] * size[1] <= max_pixels:
+        return None
+    width, height = size
+    return DecodeError(
+        f"refused before decoding: the image declares {width}x{height} = {width * height} pixels, over the limit "
+        f"of {max_pixels} (--max-pixels; a decompression bomb, or raise the limit for real images this large)"
+    )
 
 
 def _decode_cpu_pinned(data: bytes, pin: bool) -> Decoded:

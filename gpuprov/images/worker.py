@@ -43,6 +43,7 @@ from queue import Queue as Channel
 from typing import Any, TypeVar
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, EnvironmentMissing, GpuprovError
+from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.pipeline import (
     Backoff,
     Decoded,
@@ -108,6 +109,7 @@ class WorkerConfig:
     follow: bool = False  # keep waiting for new tasks when the queue is drained (a service)
     poll_s: float = 1.0  # how often an idle worker looks for new tasks, seconds
     jpeg: str = "torchvision"  # baseline JPEG decoder on a GPU: torchvision, nvimgcodec or auto (see Decoder)
+    max_pixels: int = DEFAULT_MAX_PIXELS  # an image declaring more is failed undecoded (see Decoder)
 
 
 def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slot]:
@@ -506,7 +508,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
         ) from exc
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
-    decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg)
+    decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg, max_pixels=cfg.max_pixels)
     timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0, "claim_s": 0.0, "read_s": 0.0, "commit_s": 0.0}
     emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": backoff.batch,
           "jpeg": decoder.jpeg})  # fmt: skip

@@ -1,8 +1,10 @@
-"""Queue fixtures: ``queue_url`` gives a fresh, empty queue URL per test on each backend."""
+"""Queue fixtures (``queue_url`` gives a fresh, empty queue URL per test on each backend) and ``bomb_png``."""
 
 from __future__ import annotations
 
+import struct
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from gpuprov.images.queue import Queue, open_queue
 
-__all__ = ["make_url", "queue_url"]
+__all__ = ["bomb_png", "make_url", "queue_url"]
 
 BACKENDS = ("sqlite", "redis")
 
@@ -50,3 +52,21 @@ def queue(make_url: Callable[[str], str]) -> Iterator[Queue]:
     q = open_queue(make_url("max_attempts=3"))
     yield q
     q.close()
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+@pytest.fixture
+def bomb_png() -> Callable[[int, int], bytes]:
+    """Makes a PNG that declares ``width`` x ``height`` RGB pixels in a few hundred bytes: its IDAT holds
+    a few rows of zeros (a decoder allocates the whole image before it finds out)."""
+
+    def make(width: int, height: int) -> bytes:
+        header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+        rows = zlib.compress(b"\x00" * (1 + 3 * width) * 4, 9)
+        return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", rows)
+                + _png_chunk(b"IEND", b""))  # fmt: skip
+
+    return make

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -31,14 +31,16 @@ def _png(mode: str = "RGB") -> bytes:
     return buf.getvalue()
 
 
-def test_sniffing() -> None:
-    assert pipeline.jpeg_kind(_jpeg()) == "baseline"
-    assert pipeline.jpeg_kind(_jpeg(progressive=True)) == "progressive"
-    assert pipeline.jpeg_kind(b"not a jpeg") is None
-    assert pipeline.exif_orientation(_jpeg(orientation=6)) == 6
-    assert pipeline.exif_orientation(_jpeg()) is None
-    assert pipeline.png_bit_depth(_png()) == 8
-    assert pipeline.png_bit_depth(_png("I;16")) == 16
+def test_an_image_over_the_pixel_limit_fails_alone_undecoded(bomb_png: Callable[[int, int], bytes]) -> None:
+    """A 30000 x 30000 PNG of a few hundred bytes (a decompression bomb) fails with the reason, its batch's
+    good image is decoded; the limit is the Decoder's (``--max-pixels``), Pillow's by default."""
+    bomb, good = bomb_png(30000, 30000), _jpeg(64, 48)
+    out = Decoder("cpu").decode([bomb, good])
+    assert isinstance(out[0], DecodeError) and "declares 30000x30000 = 900000000 pixels" in str(out[0])
+    assert not isinstance(out[1], DecodeError) and tuple(out[1].pixels.shape) == (3, 48, 64)
+    small_limit = Decoder("cpu", max_pixels=64 * 48 - 1).decode([good])[0]
+    assert isinstance(small_limit, DecodeError) and "over the limit of 3071 (--max-pixels" in str(small_limit)
+    assert not isinstance(Decoder("cpu", max_pixels=64 * 48).decode([good])[0], DecodeError)
 
 
 def test_decode_applies_exif_and_reports_corrupt() -> None:

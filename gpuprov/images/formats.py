@@ -1,0 +1,134 @@
+"""Image formats read from their headers, in pure Python (no torch, no decoding): JPEG frame kind and
+EXIF orientation, PNG bit depth, DICOM, and the pixel size an image declares.
+
+The declared size is what a decoder will allocate for, whatever the file's length: a 107 KB PNG can
+declare 30000 x 30000 pixels and take 13 GB to decode (a decompression bomb). :func:`declared_size`
+reads it so the pipeline refuses such an image before decoding it.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import warnings
+
+DEFAULT_MAX_PIXELS = 89_478_485
+"""Pixels an image may declare before it is refused undecoded: Pillow's ``Image.MAX_IMAGE_PIXELS``
+(1 GiB / 4 bytes per pixel / 3, ``PIL/Image.py``), the limit past which Pillow warns of a
+decompression bomb."""
+
+
+def jpeg_kind(data: bytes) -> str | None:
+    """``"baseline"``, ``"progressive"`` or ``"other"`` (lossless, arithmetic) for JPEG bytes, else None.
+
+    Reads markers up to the first start-of-frame; a truncated header still gives its kind if the
+    SOF marker was reached.
+    """
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            return "other"
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in (0xC0, 0xC1):
+            return "baseline"
+        if marker == 0xC2:
+            return "progressive"
+        if 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return "other"
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        pos += 2 + length
+    return "other"
+
+
+def exif_orientation(data: bytes) -> int | None:
+    """The EXIF orientation tag (1..8) of JPEG bytes, or None when absent or unreadable."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
+            return _tiff_orientation(data[pos + 10 : pos + 2 + length])
+        if marker == 0xDA:
+            return None
+        pos += 2 + length
+    return None
+
+
+def _tiff_orientation(tiff: bytes) -> int | None:
+    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+        return None
+    order = "<" if tiff[:2] == b"II" else ">"
+    (ifd,) = struct.unpack(order + "I", tiff[4:8])
+    if ifd + 2 > len(tiff):
+        return None
+    (count,) = struct.unpack(order + "H", tiff[ifd : ifd + 2])
+    for i in range(count):
+        entry = ifd + 2 + 12 * i
+        if entry + 12 > len(tiff):
+            return None
+        tag, _kind, _n, value = struct.unpack(order + "HHIH", tiff[entry : entry + 10])
+        if tag == 0x0112:
+            return value if 1 <= value <= 8 else None
+    return None
+
+
+def is_dicom(data: bytes) -> bool:
+    """True for a DICOM Part 10 file: a 128-byte preamble, then ``DICM`` (DICOM PS3.10, section 7.1)."""
+    return data[128:132] == b"DICM"
+
+
+def png_bit_depth(data: bytes) -> int | None:
+    """The bit depth from a PNG's IHDR, or None when ``data`` is not a PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 25:
+        return None
+    return data[24]
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from a JPEG's start-of-frame (ITU-T T.81, B.2.2), None if not reached."""
+    pos = 2
+    while pos + 9 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+            return width, height
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        pos += 2 + length
+    return None
+
+
+def declared_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` in pixels that ``data`` declares, read from its header only; None when no
+    reader knows the format (the decoder then says why it cannot decode it).
+
+    JPEG (start-of-frame) and PNG (IHDR) are read here; other formats through Pillow's ``Image.open``,
+    which parses the header without decoding. Raises Pillow's ``DecompressionBombError`` for an image
+    past twice Pillow's ``Image.MAX_IMAGE_PIXELS`` (Pillow refuses to even open it).
+    """
+    if data[:2] == b"\xff\xd8":
+        return _jpeg_size(data)
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
+        width, height = struct.unpack(">II", data[16:24])
+        return width, height
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the caller compares the size
+            with Image.open(io.BytesIO(data)) as im:
+                width, height = im.size
+                return int(width), int(height)
+    except Image.DecompressionBombError:
+        raise
+    except Exception:  # any reader error: unknown or corrupt, the decoder reports it
+        return None
