@@ -1,4 +1,4 @@
-"""Worker pinning (B24), the in-process worker loop over a sqlite queue, OOM backoff and the manifest."""
+"""Worker pinning by UUID, the in-process worker loop over a sqlite queue, OOM backoff and the manifest."""
 
 from __future__ import annotations
 
@@ -33,30 +33,30 @@ from gpuprov.images.worker import (
     worker_main,
 )
 
-B24 = [("GPU-d150", "00000000:01:00.0"), ("GPU-0a01", "00000000:07:00.0"), ("GPU-0a02", "00000000:47:00.0")]
+BUS_ORDER = [("GPU-d150", "00000000:01:00.0"), ("GPU-0a01", "00000000:07:00.0"), ("GPU-0a02", "00000000:47:00.0")]
 
 
 class FakeNVML:
-    """pynvml stand-in in PCI bus order (nvidia-smi's numbering), as in case B24."""
+    """pynvml stand-in in PCI bus order (nvidia-smi's numbering), as on a host whose CUDA and NVML orders differ."""
 
     def nvmlInit(self) -> None: ...
     def nvmlShutdown(self) -> None: ...
     def nvmlDeviceGetCount(self) -> int:
-        return len(B24)
+        return len(BUS_ORDER)
 
     def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         return i
 
     def nvmlDeviceGetUUID(self, h: int) -> str:
-        return B24[h][0]
+        return BUS_ORDER[h][0]
 
     def nvmlDeviceGetPciInfo(self, h: int) -> Any:
-        return SimpleNamespace(busId=B24[h][1].encode())
+        return SimpleNamespace(busId=BUS_ORDER[h][1].encode())
 
 
 def test_slots_pin_by_uuid_in_bus_order() -> None:
     slots = resolve_slots("1,2", nvml=FakeNVML())
-    assert [(s.uuid, s.bus_id) for s in slots] == B24[1:]
+    assert [(s.uuid, s.bus_id) for s in slots] == BUS_ORDER[1:]
     env = worker_env(slots[0])
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-0a01" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert resolve_slots("GPU-d150", nvml=FakeNVML())[0].name == "gpu0"
@@ -72,7 +72,7 @@ def test_procs_per_gpu_keep_the_uuid_pin() -> None:
     gpus = resolve_slots("0,2", nvml=FakeNVML())
     procs = replicate(gpus, 3)
     assert [p.name for p in procs] == ["gpu0.0", "gpu0.1", "gpu0.2", "gpu2.0", "gpu2.1", "gpu2.2"]
-    assert [(p.uuid, p.bus_id) for p in procs] == [B24[0]] * 3 + [B24[2]] * 3
+    assert [(p.uuid, p.bus_id) for p in procs] == [BUS_ORDER[0]] * 3 + [BUS_ORDER[2]] * 3
     assert {p.share for p in procs} == {3}
     # every process of a GPU is pinned to that GPU's UUID, never to an index
     assert {worker_env(p)["CUDA_VISIBLE_DEVICES"] for p in procs[:3]} == {"GPU-d150"}
