@@ -22,6 +22,8 @@ from typing import Any
 
 from rich.table import Table
 
+from gpuprov.role_code import module_utils
+
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("kernel", "driver", "fabric_manager", "cuda", "cudnn", "nccl", "container_toolkit", "runtime_config",
@@ -43,7 +45,6 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
 DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
 _DRIVER_PACKAGE = re.compile(rf"^({'|'.join(DRIVER_SET)})-\d+")
 
-_MIG_LINE = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+\d+\s+\d+\s+\d+:\d+\s+\|")
 
 
 def parse_packages(text: str) -> dict[str, str]:
@@ -54,17 +55,6 @@ def parse_packages(text: str) -> dict[str, str]:
         parts = line.split("\t")
         if len(parts) >= 3 and len(parts[2]) >= 2 and parts[2][1] == "i":
             out[parts[0]] = parts[1]
-    return out
-
-
-def parse_mig_instances(text: str) -> dict[int, dict[str, int]]:
-    """``nvidia-smi mig -lgi`` -> {gpu index: {profile name: instances}}."""
-    out: dict[int, dict[str, int]] = {}
-    for line in text.splitlines():
-        match = _MIG_LINE.match(line.strip())
-        if match:
-            counts = out.setdefault(int(match.group(1)), {})
-            counts[match.group(2)] = counts.get(match.group(2), 0) + 1
     return out
 
 
@@ -229,32 +219,19 @@ def _runtime(want: dict[str, Any], packages: dict[str, str], files: dict[str, An
 
 
 def _mig(want: dict[str, Any], nvml: dict[str, Any], instances_text: str) -> dict[str, Any]:
+    rules = module_utils("gpuprov_mig")
     gpus = [g for g in nvml.get("gpus") or [] if not g.get("lost")]
     modes = {g.get("index"): (g.get("mig") or {}).get("current") for g in gpus}
-    instances = parse_mig_instances(instances_text or "")
+    instances = rules.parse_mig_instances(instances_text or "")
     installed = {"mig_enabled": {str(k): v for k, v in modes.items()},
                  "instances": {str(k): v for k, v in instances.items()}}
-    layout = _none(want.get("mig_layout"))
-    if not layout:
+    layout = want.get("mig_layout")
+    if rules.unset(layout):
         return _entry(None, installed, True, "not managed (mig.layout is null)")
-    entries = (want.get("mig_layouts") or {}).get(layout)
-    if not isinstance(entries, list):
-        return _entry({"layout": layout}, installed, False, f"layout {layout} is not in mig.layouts")
-    desired: dict[str, dict[str, Any]] = {}
-    for item in entries:
-        devices = item.get("devices", "all")
-        indexes = list(modes) if devices == "all" else list(devices)
-        for index in indexes:
-            desired[str(index)] = {"mig_enabled": bool(item.get("mig_enabled", True)),
-                                   "mig_devices": dict(item.get("mig_devices") or {})}
-    problems = []
-    for index, spec in sorted(desired.items()):
-        have_mode = modes.get(int(index))
-        if bool(have_mode) != spec["mig_enabled"]:
-            problems.append(f"GPU {index}: MIG {'on' if have_mode else 'off'}, wanted "
-                            f"{'on' if spec['mig_enabled'] else 'off'}")
-        elif spec["mig_enabled"] and instances.get(int(index), {}) != spec["mig_devices"]:
-            problems.append(f"GPU {index}: instances {instances.get(int(index), {})}, wanted {spec['mig_devices']}")
+    desired, problem = rules.desired_layout(layout, want.get("mig_layouts"), list(modes))
+    if desired is None:
+        return _entry({"layout": layout}, installed, False, problem)
+    problems = rules.layout_problems(desired, modes, instances)
     return _entry({"layout": layout, "gpus": desired}, installed, not problems, "; ".join(problems) or None)
 
 

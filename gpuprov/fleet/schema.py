@@ -178,7 +178,7 @@ class BiosCheck(Strict):
 
 
 #: The verification ladder's steps, in its order (roles/verify/library/verify_ladder.py's STEPS).
-VerifyStep = Literal["gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services",
+VerifyStep = Literal["gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "mig",
                      "cuda_sample", "p2p", "nccl_allreduce", "container", "dcgm_diag"]
 
 

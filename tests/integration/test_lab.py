@@ -191,6 +191,8 @@ def test_main_job(lab: dict[str, Any]) -> None:
         assert steps["services"]["evidence"]["services"]["nvidia-persistenced.service"]["active"] == "active"
         # the fleet file's verify.skip: the simulated GPUs run no CUDA kernel and no DCGM diagnostic
         assert steps["cuda_sample"]["reason"] == steps["dcgm_diag"]["reason"] == "not selected (verify_steps)"
+        # the lab fleet asks for no MIG layout
+        assert steps["mig"]["status"] == "skip" and "not managed" in steps["mig"]["reason"], steps["mig"]
         # Docker runs, but the lab has no registry to pull the CUDA smoke-test image from
         assert steps["container"]["status"] == "skip", steps["container"]
         assert "is not present and verify_container_pull is false" in steps["container"]["reason"]

@@ -16,6 +16,7 @@ from nvml_fake import FakeNvml
 
 from gpuprov import drift
 from gpuprov.facts import collect_with
+from gpuprov.role_code import module_utils
 
 DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavour": "open", "nvswitch": True,
            "cuda_version": "12.8", "cudnn_version": "9.10.2", "nccl_version": "2.26.2",
@@ -139,7 +140,7 @@ def test_runtime_config_docker_and_containerd(nvml: dict[str, Any]) -> None:
 
 
 def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
-    assert drift.parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
+    assert module_utils("gpuprov_mig").parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
     layouts = {"mixed": [{"devices": [0], "mig_enabled": True, "mig_devices": {"3g.71gb": 1, "1g.18gb": 2}},
                          {"devices": [1], "mig_enabled": False, "mig_devices": {}}]}
     facts = copy.deepcopy(nvml)
@@ -150,7 +151,7 @@ def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
     assert ok["mig"]["in_sync"], ok["mig"]
     lost = drift.compare(_fact(facts, desired__mig_layout="mixed", desired__mig_layouts=layouts,
                                installed__mig_instances=""))  # case B18: instances gone after a reboot
-    assert lost["mig"]["note"] == "GPU 0: instances {}, wanted {'3g.71gb': 1, '1g.18gb': 2}"
+    assert lost["mig"]["note"] == "GPU 0: instances none, wanted 2 x 1g.18gb, 1 x 3g.71gb"
     off = drift.compare(_fact(nvml, desired__mig_layout="mixed", desired__mig_layouts=layouts))
     assert "GPU 0: MIG off, wanted on" in off["mig"]["note"]
 

@@ -38,6 +38,7 @@ P2P_NS = P2P_OK.replace("GPU0\tX\tOK", "GPU0\tX\tNS").replace("GPU1\tOK\tX", "GP
 def _load() -> ModuleType:
     module_utils("gpuprov_findings")
     module_utils("gpuprov_health")  # registered as ansible.module_utils.gpuprov_health, as on a host
+    module_utils("gpuprov_mig")
     spec = importlib.util.spec_from_file_location("gpuprov_verify_ladder", ROLE / "library" / "verify_ladder.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -148,9 +149,9 @@ def test_healthy_h200_pair_passes_every_present_rung(h200x2: dict[str, Any], tmp
     assert [s["name"] for s in report["steps"]] == list(ladder.STEPS)
     assert {n: s["status"] for n, s in steps.items()} == {
         "gpus": "pass", "nvidia_smi": "pass", "driver_version": "pass", "persistence": "pass",
-        "fabric_manager": "pass", "services": "skip", "cuda_sample": "pass", "p2p": "pass",
+        "fabric_manager": "pass", "services": "skip", "mig": "skip", "cuda_sample": "pass", "p2p": "pass",
         "nccl_allreduce": "pass", "container": "skip", "dcgm_diag": "skip"}
-    assert report["status"] == "pass" and report["summary"] == {"pass": 8, "fail": 0, "skip": 3}
+    assert report["status"] == "pass" and report["summary"] == {"pass": 8, "fail": 0, "skip": 4}
     assert steps["nccl_allreduce"]["evidence"]["min_busbw_gbps"] == 250.0
     assert steps["nccl_allreduce"]["evidence"]["threshold_source"] == "model table H200 (nvlink)"
     compile_argv = next(c for c in run.calls if Path(c[0]).name == "nvcc")
@@ -380,3 +381,56 @@ def test_services_every_unit_enabled_at_boot_runs(tmp_path: Path) -> None:
     assert result["evidence"]["services"]["gpuprov-mig.service"]["type"] == "oneshot"
     assert _ladder(nvml, tmp_path, FakeRun({"systemctl": systemctl(
         {"nvidia-persistenced.service": unit()})})).services_step()["status"] == "pass"
+
+
+#: ``nvidia-smi mig -lgi`` on an H200 with one 3g.71gb and two 1g.18gb instances on GPU 0.
+MIG_LGI = """+---------------------------------------------------+
+| GPU instances:                                    |
+| GPU   Name             Profile  Instance   Placement  |
+|                          ID       ID       Start:Size |
+|===================================================|
+|   0  MIG 3g.71gb          9        1          4:4     |
+|   0  MIG 1g.18gb         19        9          0:1     |
+|   0  MIG 1g.18gb         19       10          1:1     |
++---------------------------------------------------+
+"""
+LAYOUTS = {"split": [{"devices": [0], "mig_enabled": True, "mig_devices": {"3g.71gb": 1, "1g.18gb": 2}},
+                     {"devices": [1], "mig_enabled": False}]}  # fmt: skip
+
+
+def _mig_nvml(h200x2: dict[str, Any], modes: tuple[bool, bool]) -> dict[str, Any]:
+    nvml = copy.deepcopy(h200x2)
+    for gpu, mode in zip(nvml["gpus"], modes, strict=True):
+        gpu["mig"] = {"current": mode, "pending": mode}
+    return nvml
+
+
+@pytest.mark.parametrize(("modes", "listed", "status", "reason"), [
+    ((True, False), MIG_LGI, "pass", None),
+    ((True, False), MIG_LGI.replace("|   0  MIG 1g.18gb         19       10          1:1     |\n", ""), "fail",
+     "GPU 0: instances 1 x 1g.18gb, 1 x 3g.71gb, wanted 2 x 1g.18gb, 1 x 3g.71gb - apply the layout"),
+    ((True, True), MIG_LGI, "fail", "GPU 1: MIG on, wanted off"),
+    ((False, False), "", "fail", "GPU 0: MIG off, wanted on"),
+])
+def test_mig_step_compares_the_applied_layout_with_the_asked_one(
+    h200x2: dict[str, Any], tmp_path: Path, modes: tuple[bool, bool], listed: str, status: str, reason: str | None
+) -> None:
+    run = FakeRun({"nvidia-smi mig -lgi": (0, listed, "")})
+    result = _ladder(_mig_nvml(h200x2, modes), tmp_path, run, tools=("nvidia-smi",),
+                     mig={"layout": "split", "layouts": LAYOUTS}).mig_step()  # fmt: skip
+    assert result["status"] == status, result
+    assert (result["reason"] or "").startswith(reason or ""), result["reason"]
+    assert (["nvidia-smi", "mig", "-lgi"] in [[Path(c[0]).name, *c[1:]] for c in run.calls]) == any(modes)
+
+
+def test_mig_step_skips_when_not_managed_and_fails_on_an_unknown_layout(h200x2: dict[str, Any],
+                                                                        tmp_path: Path) -> None:  # fmt: skip
+    for layout in (None, "", "None"):
+        result = _ladder(h200x2, tmp_path, FakeRun({}), mig={"layout": layout, "layouts": LAYOUTS}).mig_step()
+        assert result["status"] == "skip" and "not managed" in result["reason"]
+    result = _ladder(h200x2, tmp_path, FakeRun({}), mig={"layout": "other", "layouts": LAYOUTS}).mig_step()
+    assert result == {**result, "status": "fail", "reason": "layout other is not in mig.layouts"}
+    failing = FakeRun({"nvidia-smi mig -lgi": (6, "", "Insufficient Permissions")})
+    result = _ladder(_mig_nvml(h200x2, (True, False)), tmp_path, failing, tools=("nvidia-smi",),
+                     mig={"layout": "split", "layouts": LAYOUTS}).mig_step()  # fmt: skip
+    assert result["status"] == "fail" and "nvidia-smi mig -lgi exited 6: Insufficient Permissions" in result["reason"]

@@ -12,7 +12,7 @@ short_description: Prove a GPU host ready - NVML, nvidia-smi, versions, persiste
 description:
   - Runs the verification ladder and returns C(report) with one entry per step, each
     C({name, status, evidence, reason}) where C(status) is C(pass), C(fail) or C(skip).
-  - Steps C(gpus), C(nvidia_smi), C(driver_version), C(persistence), C(fabric_manager), C(services),
+  - Steps C(gpus), C(nvidia_smi), C(driver_version), C(persistence), C(fabric_manager), C(services), C(mig),
     C(cuda_sample), C(p2p), C(nccl_allreduce), C(container), C(dcgm_diag), in that order.
   - Reads and runs tests only; the only files it writes are the CUDA sample's binary inside O(workdir). Needs
     neither systemd nor python3-apt; runs on Python 3.8 and later. Safe in check mode.
@@ -59,6 +59,11 @@ options:
     description: C({level, timeout_s}) of the DCGM diagnostic.
     type: dict
     default: {}
+  mig:
+    description: C({layout, layouts}), the fleet's C(mig.layout) name and C(mig.layouts) table; a null layout skips
+      the C(mig) step (MIG is not managed).
+    type: dict
+    default: {}
 author: gpuprov contributors
 """
 
@@ -86,6 +91,7 @@ import subprocess
 import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpuprov_findings import norm_model
+from ansible.module_utils.gpuprov_mig import desired_layout, layout_problems, parse_mig_instances, unset
 from ansible.module_utils.gpuprov_health import (
     driver_problems,
     fabric_manager,
@@ -97,8 +103,8 @@ from ansible.module_utils.gpuprov_health import (
     stopped_services,
 )
 
-STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "cuda_sample", "p2p",
-         "nccl_allreduce", "container", "dcgm_diag")
+STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "mig", "cuda_sample",
+         "p2p", "nccl_allreduce", "container", "dcgm_diag")
 
 #: ``nvidia-smi topo -p2p`` cell values (nvmlDeviceGetP2PStatus' NVML_P2P_STATUS_* under the CLI).
 P2P_STATUS = {"OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
@@ -306,6 +312,35 @@ class Ladder:
         return step("services", "fail" if problems else "pass", {"services": states},
                     "; ".join(problem for _, problem in problems) or None)
 
+    def mig_step(self):
+        want = self.p.get("mig") or {}
+        layout = want.get("layout")
+        if unset(layout):
+            return step("mig", "skip", {}, "MIG is not managed here (mig.layout is null)")
+        if not self.available() or not self.gpus:
+            return step("mig", "fail", {"layout": layout}, "NVML is unavailable or lists no GPU: the MIG layout "
+                        "%s cannot be read" % layout)
+        modes = {g.get("index"): (g.get("mig") or {}).get("current") for g in self.gpus}
+        desired, problem = desired_layout(layout, want.get("layouts"), list(modes))
+        if desired is None:
+            return step("mig", "fail", {"layout": layout}, problem)
+        evidence = {"layout": layout, "desired": desired, "mig_enabled": {str(k): v for k, v in modes.items()}}
+        instances = {}
+        if any(modes.values()):
+            if not self.smi:
+                return step("mig", "fail", evidence, "nvidia-smi is not on PATH: the GPU instances cannot be listed")
+            rc, out, err = self.run([self.smi, "mig", "-lgi"], 60)
+            if rc != 0 and "No GPU instances found" not in out + err:
+                evidence["stderr"] = (err or out).strip()[-500:]
+                return step("mig", "fail", evidence, "nvidia-smi mig -lgi exited %s: %s"
+                            % (rc, (err or out).strip()[-300:]))
+            instances = parse_mig_instances(out)
+        evidence["instances"] = {str(k): v for k, v in instances.items()}
+        problems = layout_problems(desired, modes, instances)
+        if problems:
+            problems[-1] += " - apply the layout: gpuprov apply FLEET --tags mig"
+        return step("mig", "fail" if problems else "pass", evidence, "; ".join(problems) or None)
+
     def cuda_sample_step(self):
         nvcc = self.tool("nvcc")
         if not nvcc:
@@ -466,7 +501,7 @@ class Ladder:
         methods = {"gpus": self.gpus_step, "nvidia_smi": self.nvidia_smi_step,
                    "driver_version": self.driver_version_step, "persistence": self.persistence_step,
                    "fabric_manager": self.fabric_manager_step, "services": self.services_step,
-                   "cuda_sample": self.cuda_sample_step,
+                   "mig": self.mig_step, "cuda_sample": self.cuda_sample_step,
                    "p2p": self.p2p_step, "nccl_allreduce": self.nccl_step, "container": self.container_step,
                    "dcgm_diag": self.dcgm_step}
         steps = []
@@ -506,6 +541,7 @@ def main():
             "nccl": {"type": "dict", "default": {}},
             "container": {"type": "dict", "default": {}},
             "dcgm": {"type": "dict", "default": {}},
+            "mig": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
