@@ -38,6 +38,7 @@ def rules() -> ModuleType:
     """The doctor rules module (``gpuprov_doctor.py``, after the shared rules it imports)."""
     module_utils("gpuprov_findings")
     module_utils("gpuprov_health")
+    module_utils("gpuprov_mig")
     return module_utils("gpuprov_doctor")
 
 
@@ -233,7 +234,15 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
                 "driver_version": "{{ gpuprov_driver_version | default(none) }}",
                 # the PCIe link the board is built for, as bios_check reads it (roles/bios_check/defaults/main.yml)
                 "pcie_width": "{{ gpuprov_bios_check_pcie_width | default(16) }}",
-                "pcie_gen": "{{ gpuprov_bios_check_pcie_gen | default('auto') }}"}}},
+                "pcie_gen": "{{ gpuprov_bios_check_pcie_gen | default('auto') }}",
+                # the MIG layout, as the verify role passes it to its mig step (roles/verify/tasks/main.yml)
+                "mig_layout": "{{ gpuprov_mig_layout | default(none) }}",
+                "mig_layouts": "{{ gpuprov_mig_layouts | default({}) }}"}}},
+            # MIG instances exist only as NVML state; nvidia-smi lists them (as verify's mig step reads them)
+            {"name": "List the MIG GPU instances", "ansible.builtin.command": {"argv": ["nvidia-smi", "mig", "-lgi"]},
+             "when": "__doctor_nvml.ansible_facts.gpuprov_gpus.gpus | default([]) | map(attribute='mig', default=none)"
+                     " | select('mapping') | selectattr('current') | list | length > 0",
+             "failed_when": False, "register": "__doctor_mig", **ro},
             {"name": "Read the platform", "platform_info": {
                 **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}", "daemons": True,
                 "services": True, "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
@@ -313,6 +322,8 @@ def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
             facts["samples"] = {"gpus": series}
         elif task == "List processes holding the NVIDIA device files" and res.get("rc") in (0, 1):
             facts["holders"] = parse_fuser(str(res.get("stderr") or ""))
+        elif task == "List the MIG GPU instances" and res.get("rc") is not None:
+            facts["mig_instances"] = str(res.get("stdout") or "")
         elif task == "Read module load errors from the kernel log" and res.get("rc") in (0, 1):
             facts["module_log"] = str(res.get("stdout") or "").splitlines()
         elif task == "Read the kernel log file" and res.get("content"):

@@ -1,4 +1,4 @@
-"""Verify and doctor tell the same truth about a host: for each rule they share (gpuprov_health), a host the
+"""Verify and doctor tell the same truth about a host: for each rule they share (gpuprov_health, gpuprov_mig), a host the
 verify ladder fails has the matching doctor diagnosis, and a host it passes has none of them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from nvml_fake import FakeNvml
-from test_verify import FakeRun, _ladder, systemctl, unit
+from test_verify import LAYOUTS, MIG_LGI, FakeRun, _ladder, _mig_nvml, systemctl, unit
 
 from gpuprov import doctor
 from gpuprov.facts import collect_with
@@ -96,3 +96,25 @@ def test_a_real_h200_host_passes_both(tmp_path: Path) -> None:
     assert on_host == {"gpus": "pass", "driver_version": "pass", "persistence": "pass", "fabric_manager": "skip"}
     assert doctor.diagnose({"nvml": nvml, "expected": {"model": "H200", "count": 1}, "daemons": []}) == []
     assert json.loads((real / "health-doctor.json").read_text(encoding="utf-8"))["diagnoses"] == []
+
+
+MIG_CASES = {
+    # name: (MIG mode per GPU, nvidia-smi mig -lgi, layout asked, verify's mig step fails)
+    "layout applied": ((True, False), MIG_LGI, "split", False),
+    "an instance missing": ((True, False), MIG_LGI.split("|   0  MIG 1g.18gb")[0], "split", True),
+    "MIG off where asked on": ((False, False), "", "split", True),
+    "layout not in mig.layouts": ((True, False), MIG_LGI, "other", True),
+    "not managed": ((True, True), "", None, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIG_CASES))
+def test_verify_and_doctor_agree_on_the_mig_layout(case: str, tmp_path: Path) -> None:
+    modes, listed, layout, fails = MIG_CASES[case]
+    nvml = _mig_nvml(collect_with(FakeNvml()), modes)
+    ladder = _ladder(nvml, tmp_path, FakeRun({"nvidia-smi mig -lgi": (0, listed, "")}), tools=("nvidia-smi",),
+                     mig={"layout": layout, "layouts": LAYOUTS})  # fmt: skip
+    assert (ladder.mig_step()["status"] == "fail") is fails
+    facts = {"nvml": nvml, "expected": {"mig_layout": layout, "mig_layouts": LAYOUTS},
+             "mig_instances": listed if any(modes) else None}  # fmt: skip
+    assert ("mig_layout" in {d["id"] for d in doctor.diagnose(facts)}) is fails

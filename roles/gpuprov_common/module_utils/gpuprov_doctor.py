@@ -16,13 +16,14 @@ Input: one host's ``facts`` dict (every key optional; a missing key means "not c
     daemons:  NVIDIA daemons running (gpuprov_health.running_daemons), or None when unknown
     services: the stack's systemd units (gpuprov_health.service_states), or None without systemd
     expected: what the fleet file expects of the host {model, count, nvswitch, driver_version, pcie_width,
-              pcie_gen}, or None locally
+              pcie_gen, mig_layout, mig_layouts}, or None locally
+    mig_instances: ``nvidia-smi mig -lgi`` output (str), or None where no GPU has MIG on
 
 Output: diagnoses ``{id, severity (fail|warn|info), subject, evidence, fix, fixable, action}``; ``action`` is
 the argv of the safe repair when ``fixable`` (see docs/doctor.md). bios_check's PCIe, BAR and lost-GPU rules
 come from gpuprov_findings.evaluate, which the caller passes in as ``findings_evaluate``. The rules the
 verify ladder applies too (GPU count and model, driver versions, persistence, Fabric Manager) are
-gpuprov_health's, so doctor and verify say the same of a host.
+gpuprov_health's, and the MIG layout rule gpuprov_mig's, so doctor and verify say the same of a host.
 """
 
 # ruff: noqa: UP031 - %-formatting as in the other module_utils.
@@ -40,6 +41,7 @@ from ansible.module_utils.gpuprov_health import (
     stopped_services,
     usable_gpus,
 )
+from ansible.module_utils.gpuprov_mig import desired_layout, layout_problems, parse_mig_instances, unset
 
 SEVERITIES = ("fail", "warn", "info")
 
@@ -394,6 +396,22 @@ def _fleet_rules(facts, out):
         out.add("fabric_manager", "fail", "fabric", reason, FIX_FABRIC_MANAGER)
 
 
+def _mig_layout(facts, out):
+    """The fleet's MIG layout against the GPUs' MIG modes and instances (gpuprov_mig, as verify's mig step)."""
+    expected = facts.get("expected") or {}
+    nvml = facts.get("nvml") or {}
+    layout = expected.get("mig_layout")
+    if unset(layout) or not nvml.get("available"):
+        return
+    modes = {g.get("index"): (g.get("mig") or {}).get("current") for g in usable_gpus(nvml)}
+    desired, problem = desired_layout(layout, expected.get("mig_layouts"), list(modes))
+    found = [problem] if desired is None else layout_problems(
+        desired, modes, parse_mig_instances(facts.get("mig_instances") or ""))
+    if found:
+        out.add("mig_layout", "fail", "mig", "; ".join(found),
+                "apply the fleet's MIG layout %s: gpuprov apply FLEET --tags mig (it needs the GPUs idle)" % layout)
+
+
 def _stdev(values):
     mean = sum(values) / float(len(values))
     return (sum((v - mean) ** 2 for v in values) / float(len(values))) ** 0.5
@@ -479,6 +497,7 @@ def diagnose(facts, findings_evaluate=None):
                 out.add(finding["id"], finding["severity"], finding["subject"], finding["evidence"], finding["fix"])
     _gpu_state(facts, out)
     _fleet_rules(facts, out)
+    _mig_layout(facts, out)
     _services(facts, out)
     _utilisation(facts, out)
     _holders(facts, out)
