@@ -38,7 +38,7 @@ def rules() -> ModuleType:
     """The doctor rules module (``gpuprov_doctor.py``, after the shared rules it imports)."""
     module_utils("gpuprov_findings")
     module_utils("gpuprov_health")
-    module_utils("gpuprov_mig")
+    module_utils("gpuprov_miglayout")
     return module_utils("gpuprov_doctor")
 
 

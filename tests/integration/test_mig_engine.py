@@ -246,6 +246,11 @@ def test_real_nvidia_smi_lists_the_applied_layout(
     assert listing.returncode == 0, listing.stdout + listing.stderr
     rows = sorted(" ".join(line.strip("| ").split()[:3]) for line in listing.stdout.splitlines() if " MIG " in line)
     assert rows == ["1 MIG 1g.10gb", "1 MIG 1g.10gb", "1 MIG 2g.20gb", "1 MIG 3g.40gb"]
+    # what verify's mig step, doctor and check's drift report read from the same listing
+    from gpuprov.role_code import module_utils
+
+    parsed = module_utils("gpuprov_miglayout").parse_mig_instances(listing.stdout)
+    assert parsed == {1: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}
     fields = "--query-gpu=mig.mode.current,mig.mode.pending"
     query = subprocess.run([str(smi), "-i", "1", fields, "--format=csv,noheader"], env=env, capture_output=True,
                            text=True, check=False, timeout=60)

@@ -140,7 +140,7 @@ def test_runtime_config_docker_and_containerd(nvml: dict[str, Any]) -> None:
 
 
 def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
-    assert module_utils("gpuprov_mig").parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
+    assert module_utils("gpuprov_miglayout").parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
     layouts = {"mixed": [{"devices": [0], "mig_enabled": True, "mig_devices": {"3g.71gb": 1, "1g.18gb": 2}},
                          {"devices": [1], "mig_enabled": False, "mig_devices": {}}]}
     facts = copy.deepcopy(nvml)

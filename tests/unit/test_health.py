@@ -1,5 +1,6 @@
-"""Verify and doctor tell the same truth about a host: for each rule they share (gpuprov_health, gpuprov_mig), a host the
-verify ladder fails has the matching doctor diagnosis, and a host it passes has none of them."""
+"""Verify and doctor tell the same truth about a host: for each rule they share (gpuprov_health,
+gpuprov_miglayout), a host the verify ladder fails has the matching doctor diagnosis, and a host it passes has
+none of them."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ P2P_NS = P2P_OK.replace("GPU0\tX\tOK", "GPU0\tX\tNS").replace("GPU1\tOK\tX", "GP
 def _load() -> ModuleType:
     module_utils("gpuprov_findings")
     module_utils("gpuprov_health")  # registered as ansible.module_utils.gpuprov_health, as on a host
-    module_utils("gpuprov_mig")
+    module_utils("gpuprov_miglayout")
     spec = importlib.util.spec_from_file_location("gpuprov_verify_ladder", ROLE / "library" / "verify_ladder.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -23,7 +23,7 @@ Output: diagnoses ``{id, severity (fail|warn|info), subject, evidence, fix, fixa
 the argv of the safe repair when ``fixable`` (see docs/doctor.md). bios_check's PCIe, BAR and lost-GPU rules
 come from gpuprov_findings.evaluate, which the caller passes in as ``findings_evaluate``. The rules the
 verify ladder applies too (GPU count and model, driver versions, persistence, Fabric Manager) are
-gpuprov_health's, and the MIG layout rule gpuprov_mig's, so doctor and verify say the same of a host.
+gpuprov_health's, and the MIG layout rule gpuprov_miglayout's, so doctor and verify say the same of a host.
 """
 
 # ruff: noqa: UP031 - %-formatting as in the other module_utils.
@@ -41,7 +41,7 @@ from ansible.module_utils.gpuprov_health import (
     stopped_services,
     usable_gpus,
 )
-from ansible.module_utils.gpuprov_mig import desired_layout, layout_problems, parse_mig_instances, unset
+from ansible.module_utils.gpuprov_miglayout import desired_layout, layout_problems, parse_mig_instances, unset
 
 SEVERITIES = ("fail", "warn", "info")
 
@@ -397,7 +397,7 @@ def _fleet_rules(facts, out):
 
 
 def _mig_layout(facts, out):
-    """The fleet's MIG layout against the GPUs' MIG modes and instances (gpuprov_mig, as verify's mig step)."""
+    """The fleet's MIG layout against the GPUs' MIG modes and instances (gpuprov_miglayout, as verify's mig step)."""
     expected = facts.get("expected") or {}
     nvml = facts.get("nvml") or {}
     layout = expected.get("mig_layout")

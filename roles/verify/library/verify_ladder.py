@@ -91,7 +91,7 @@ import subprocess
 import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpuprov_findings import norm_model
-from ansible.module_utils.gpuprov_mig import desired_layout, layout_problems, parse_mig_instances, unset
+from ansible.module_utils.gpuprov_miglayout import desired_layout, layout_problems, parse_mig_instances, unset
 from ansible.module_utils.gpuprov_health import (
     driver_problems,
     fabric_manager,

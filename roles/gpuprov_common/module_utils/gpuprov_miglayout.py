@@ -7,7 +7,8 @@ Python 3.8.
 Inputs: the fleet's ``mig.layout`` name and ``mig.layouts`` table (as the ``gpuprov_mig_layout`` and
 ``gpuprov_mig_layouts`` variables hold them: ``{name: [{devices: "all" | [index, ...], mig_enabled: bool,
 mig_devices: {profile: count}}]}``), each GPU's MIG mode (NVML ``nvmlDeviceGetMigMode`` current) and the GPU
-instances ``nvidia-smi mig -lgi`` lists.
+instances ``nvidia-smi mig -lgi`` lists. The mig role's engine (roles/mig/module_utils/gpuprov_mig.py, which
+also runs as a boot script without Ansible) resolves a layout the same way: a later entry wins for a GPU.
 """
 
 # ruff: noqa: UP031 - %-formatting as in the other module_utils.
