@@ -191,6 +191,24 @@ def test_mode_change_refused_while_nvidia_drm_is_loaded(gpu_host: Callable[[str]
         mig.run(pynvml, ALL_1G, apply=True, proc_root=str(proc))
 
 
+def test_one_held_gpu_leaves_every_gpu_unchanged(gpu_host: Callable[[str], Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 3 of eight is held: the layout is refused before GPUs 0-2 are re-partitioned, naming GPU 3."""
+    gpu_host("a100x8-nvswitch")
+    real = mig.holders
+    monkeypatch.setattr(mig, "holders", lambda minor, proc_root="/proc", dev_dir="/dev": (
+        ["pid 4242 (python3)"] if minor == 3 else real(minor, str(tmp_path), dev_dir)))
+    with pytest.raises(mig.MigError, match=r"^no GPU was changed: GPU 3 \(GPU-[0-9a-f-]+\): cannot change MIG mode "
+                       r"while the GPU is held by pid 4242 \(python3\)"):
+        mig.run(pynvml, ALL_1G, apply=True, proc_root=str(tmp_path))
+    after = mig.run(pynvml, ALL_1G, apply=False, proc_root=str(tmp_path))
+    assert [g["mig_current"] for g in after["gpus"]] == [False] * 8
+    assert _instances(after) == [{}] * 8
+    monkeypatch.setattr(mig, "holders", real)
+    applied = mig.run(pynvml, ALL_1G, apply=True, proc_root=str(tmp_path))
+    assert [g["after"] for g in applied["gpus"]] == [{"1g.10gb": 7}] * 8
+
+
 def test_boot_script_runs_standalone_and_recreates_after_a_reboot(
     gpu_host: Callable[[str], Path], library: Path, tmp_path: Path
 ) -> None:

@@ -231,14 +231,12 @@ def apply_gpu(gpu: Gpu, want: dict[str, Any], proc_root: str = "/proc") -> dict[
     result = {"reboot_required": False}
     if not gpu.capable:
         return result
+    blocker = preflight_gpu(gpu, want, proc_root)
+    if blocker:
+        raise MigError(blocker)
     if gpu.current:
         _destroy_all(gpu)
     if gpu.current != want["enabled"] or gpu.pending != want["enabled"]:
-        held = holders(gpu.minor, proc_root) if gpu.current != want["enabled"] else []
-        if held:
-            raise MigError(f"GPU {gpu.index} ({gpu.uuid}): cannot change MIG mode while the GPU is held by "
-                           f"{', '.join(held)}; stop them (nvidia_drm: 'systemctl isolate multi-user.target && "
-                           "modprobe -r nvidia_drm', or blacklist it) and run again")
         try:
             status = nv.nvmlDeviceSetMigMode(gpu.handle, 1 if want["enabled"] else 0)
         except nv.NVMLError as exc:
@@ -250,6 +248,28 @@ def apply_gpu(gpu: Gpu, want: dict[str, Any], proc_root: str = "/proc") -> dict[
     if want["enabled"] and want["devices"]:
         _create(gpu, want["devices"])
     return result
+
+
+def preflight_gpu(gpu: Gpu, want: dict[str, Any], proc_root: str = "/proc") -> str | None:
+    """Why :func:`apply_gpu` would fail on ``gpu`` before changing it, or None: a holder of the GPU where its MIG
+    mode must change, or a profile the GPU does not offer (known only where MIG is on already)."""
+    if not gpu.capable:
+        return None
+    held = holders(gpu.minor, proc_root) if gpu.current != want["enabled"] else []
+    if held:
+        return (f"GPU {gpu.index} ({gpu.uuid}): cannot change MIG mode while the GPU is held by {', '.join(held)}; "
+                "stop them (nvidia_drm: 'systemctl isolate multi-user.target && modprobe -r nvidia_drm', or "
+                "blacklist it) and run again")
+    if gpu.current and want["enabled"]:
+        offered = gpu.profiles()
+        unknown = sorted(set(want["devices"]) - set(offered))
+        if unknown:
+            return _unknown_profiles(gpu, unknown, offered)
+    return None
+
+
+def _unknown_profiles(gpu: Gpu, unknown: list[str], offered: dict[str, Any]) -> str:
+    return f"GPU {gpu.index} ({gpu.name}) has no MIG profile {', '.join(unknown)}; it offers {', '.join(offered)}"
 
 
 def _destroy_all(gpu: Gpu) -> None:
@@ -270,8 +290,7 @@ def _create(gpu: Gpu, devices: dict[str, int]) -> None:
     offered = gpu.profiles()
     unknown = sorted(set(devices) - set(offered))
     if unknown:
-        raise MigError(f"GPU {gpu.index} ({gpu.name}) has no MIG profile {', '.join(unknown)}; it offers "
-                       f"{', '.join(offered)}")
+        raise MigError(_unknown_profiles(gpu, unknown, offered))
     # Largest first, as mig-parted does: small instances placed first can block the larger placements.
     order = sorted(devices, key=lambda name: (-int(offered[name].sliceCount), name))
     for name in order:
@@ -320,6 +339,11 @@ def run(nv: Any, entries: list[dict[str, Any]], *, apply: bool, proc_root: str =
         changed = any(entry["actions"] for entry in report)
         reboot = False
         if apply and changed:
+            # every GPU checked before any is changed: a host is never left half converted
+            blocked = [b for e in report if e["actions"] and (b := preflight_gpu(gpus[e["index"]], wanted[e["index"]],
+                                                                                  proc_root))]
+            if blocked:
+                raise MigError(f"no GPU was changed: {'; '.join(blocked)}")
             for entry in report:
                 if entry["actions"]:
                     gpu = gpus[entry["index"]]
