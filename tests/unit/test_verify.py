@@ -111,8 +111,9 @@ def systemctl(states: dict[str, dict[str, str]]) -> Callable[[list[str]], tuple[
 
 
 def unit(enabled: str = "enabled", active: str = "active", sub: str = "running", result: str = "success",
-         kind: str = "simple") -> dict[str, str]:
-    return {"Type": kind, "UnitFileState": enabled, "ActiveState": active, "SubState": sub, "Result": result}
+         kind: str = "simple", condition: str = "yes") -> dict[str, str]:
+    return {"Type": kind, "UnitFileState": enabled, "ActiveState": active, "SubState": sub, "Result": result,
+            "ConditionResult": condition}
 
 
 SMI_L = "GPU 0: NVIDIA H200 (UUID: GPU-4269)\nGPU 1: NVIDIA H200 (UUID: GPU-d86b)\n"
@@ -381,6 +382,17 @@ def test_services_every_unit_enabled_at_boot_runs(tmp_path: Path) -> None:
     assert result["evidence"]["services"]["gpuprov-mig.service"]["type"] == "oneshot"
     assert _ladder(nvml, tmp_path, FakeRun({"systemctl": systemctl(
         {"nvidia-persistenced.service": unit()})})).services_step()["status"] == "pass"
+
+
+def test_services_a_unit_skipped_by_its_condition_is_named_so(tmp_path: Path) -> None:
+    """``ConditionPathExists=`` unmet: systemd skips the start and the unit is inactive without any error."""
+    (tmp_path / "systemd").mkdir()
+    skipped = {"nvidia-fabricmanager.service": unit(active="inactive", sub="dead", condition="no")}
+    result = _ladder(collect_with(FakeNvml()), tmp_path, FakeRun({"systemctl": systemctl(skipped)})).services_step()
+    assert result["status"] == "fail"
+    assert result["reason"] == ("nvidia-fabricmanager.service is enabled but systemd skipped its start: a Condition "
+                                "of the unit was not met (systemctl status nvidia-fabricmanager.service names it)")
+    assert result["evidence"]["services"]["nvidia-fabricmanager.service"]["condition"] == "no"
 
 
 #: ``nvidia-smi mig -lgi`` on an H200 with one 3g.71gb and two 1g.18gb instances on GPU 0.

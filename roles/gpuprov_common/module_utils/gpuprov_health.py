@@ -28,7 +28,7 @@ FABRIC_REPORTED = ("not_started", "in_progress", "completed")
 SERVICE_PATTERNS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-dcgm.service",
                     "dcgm-exporter.service", "docker.service", "containerd.service", "gpuprov-mig.service",
                     "gpuprov-worker@*.service")
-_SHOW = ("Id", "Type", "UnitFileState", "ActiveState", "SubState", "Result")
+_SHOW = ("Id", "Type", "UnitFileState", "ActiveState", "SubState", "Result", "ConditionResult")
 _RUNNING = ("active", "activating", "reloading")
 FIX_SERVICE = ("systemctl start %s; if it stops again, systemctl status %s and journalctl -b -u %s say why "
                "(gpuprov apply FLEET re-runs the role that owns it)")
@@ -146,8 +146,9 @@ def fabric_manager(nvml, expected, daemons):
 
 
 def service_states(run, systemd_dir="/run/systemd/system"):
-    """The stack's loaded units (:data:`SERVICE_PATTERNS`) as ``{unit: {type, enabled, active, sub, result}}``
-    (``systemctl show`` properties Type, UnitFileState, ActiveState, SubState, Result), asked through
+    """The stack's loaded units (:data:`SERVICE_PATTERNS`) as ``{unit: {type, enabled, active, sub, result,
+    condition}}`` (``systemctl show`` properties Type, UnitFileState, ActiveState, SubState, Result and
+    ConditionResult: ``no`` when a ``Condition*=`` of the unit skipped its last start), asked through
     ``run(argv) -> (rc, stdout)``; None where systemd is not the init (no ``systemd_dir``: a container, a chroot)
     or systemctl fails."""
     if not os.path.isdir(systemd_dir):
@@ -168,7 +169,7 @@ def service_states(run, systemd_dir="/run/systemd/system"):
             if unit.get("Id"):
                 states[unit["Id"]] = {"type": unit.get("Type"), "enabled": unit.get("UnitFileState"),
                                       "active": unit.get("ActiveState"), "sub": unit.get("SubState"),
-                                      "result": unit.get("Result")}
+                                      "result": unit.get("Result"), "condition": unit.get("ConditionResult")}
             unit = {}
             continue
         key, _, value = line.partition("=")
@@ -189,6 +190,10 @@ def stopped_services(states):
         elif state.get("active") in _RUNNING:
             continue
         result = state.get("result")
+        if state.get("condition") == "no":
+            problems.append((unit, "%s is enabled but systemd skipped its start: a Condition of the unit was not "
+                             "met (systemctl status %s names it)" % (unit, unit)))
+            continue
         problems.append((unit, "%s is enabled but %s (%s%s)" % (
             unit, state.get("active"), state.get("sub"),
             ", result %s" % result if result not in (None, "", "success") else ", stopped")))
