@@ -20,6 +20,7 @@ import glob
 import importlib.util
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -34,6 +35,7 @@ from rich.table import Table
 
 from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
+from gpuprov.fleet.problem import redact_credentials
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.queue.base import MAX_LEASE_S
 
@@ -344,10 +346,20 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
         dead = queue.stats().dead
     finally:
         queue.close()
-    _report_run(out, states_ref, rows, fails, dead, time.monotonic() - started)
+    _report_run(url, out, states_ref, rows, fails, dead, time.monotonic() - started)
 
 
-def _report_run(out: Path, states: list[Any], rows: int, fails: int, dead: int, elapsed: float) -> None:
+def _queue_for_display(url: str) -> str:
+    """``url`` as a command line to copy may show it: ``"$GPUPROV_IMAGES_QUEUE"`` when it came from there, a
+    placeholder when it carries a password in its query, else with any ``user:password@`` redacted."""
+    if os.environ.get(QUEUE_ENVVAR) == url:
+        return f'"${QUEUE_ENVVAR}"'
+    if "password=" in url.lower():
+        return "URL"
+    return redact_credentials(url)
+
+
+def _report_run(url: str, out: Path, states: list[Any], rows: int, fails: int, dead: int, elapsed: float) -> None:
     """Print a finished run's summary (``states``: the slots' ``SlotState``); exit :data:`EXIT_DEAD` when
     tasks are dead, naming the command that queues them again."""
     images = sum(st.total_done for st in states)
@@ -357,7 +369,8 @@ def _report_run(out: Path, states: list[Any], rows: int, fails: int, dead: int, 
                f"{elapsed:.1f} s ({rate:.1f} img/s); restarts {restarts}")  # fmt: skip
     if dead:
         click.echo(f"{dead} task(s) dead: out of attempts (see {out / 'failures.jsonl'}); once the cause is fixed, "
-                   f"`gpuprov images retry --dead` queues them again and another run processes them", err=True)
+                   f"`gpuprov images retry --queue {_queue_for_display(url)} --dead` queues them again and another "
+                   "run processes them", err=True)  # fmt: skip
         raise click.exceptions.Exit(EXIT_DEAD)
 
 
@@ -407,6 +420,9 @@ def retry_cmd(keys: tuple[str, ...], url: str, dead: bool, failed: bool) -> None
     try:
         moved = queue.retry(states, ids)
         click.echo(f"{moved} task(s) queued again ({' and '.join(states)}); {queue.stats().open} open")
+        if ids is not None and moved < len(set(ids)):
+            click.echo(f"{len(set(ids)) - moved} of the tasks named are not {' or '.join(states)} (pending, leased or "
+                       "done, or in the other state); `gpuprov images status` lists the failed and dead ones", err=True)
     except UnknownTask as exc:
         unknown = [k for k, i in zip(keys, ids or [], strict=True) if i in str(exc)] or list(keys)
         raise ConfigError(
@@ -418,8 +434,8 @@ def retry_cmd(keys: tuple[str, ...], url: str, dead: bool, failed: bool) -> None
 
 
 def _task_key(key: str) -> str:
-    """The submitted key for a command-line KEY: a path that exists is made absolute, as submit does."""
+    """The submitted key for a command-line KEY: the path made absolute as ``submit`` made it (relative to the
+    current folder, symbolic links resolved), whether or not the file is still there."""
     if not key.strip():
         raise ConfigError("an empty KEY names no task; give the image paths or keys to retry")
-    path = Path(key)
-    return str(path.resolve()) if path.exists() else key
+    return str(Path(key).resolve())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import struct
 import warnings
+import zlib
 
 DEFAULT_MAX_PIXELS = 89_478_485
 """Pixels an image may declare before it is refused undecoded: Pillow's ``Image.MAX_IMAGE_PIXELS``
@@ -92,31 +93,71 @@ def png_bit_depth(data: bytes) -> int | None:
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """``(width, height)`` from a JPEG's start-of-frame (ITU-T T.81, B.2.2), None if not reached."""
+    """``(width, height)`` from a JPEG's start-of-frame (ITU-T T.81, B.2.2), None if not reached before the
+    scan. Bytes between segments that are no marker are skipped, as libjpeg skips them ("extraneous bytes
+    before marker") and decodes the image anyway."""
     pos = 2
-    while pos + 9 <= len(data) and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:
+    while pos + 9 <= len(data):
+        if data[pos] != 0xFF or data[pos + 1] in (0x00, 0xFF):
             pos += 1
             continue
+        marker = data[pos + 1]
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
             return width, height
+        if marker == 0xDA:  # start of scan before any frame header: not a decodable JPEG
+            return None
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # TEM, RSTn, SOI: no length
+            pos += 2
+            continue
         (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
         pos += 2 + length
     return None
+
+
+#: DICOM's Deflated Explicit VR Little Endian transfer syntax (PS3.5, A.5): the whole data set is deflated.
+_DEFLATED = b"1.2.840.10008.1.2.1.99"
+#: The first bytes of a deflated data set inflated to read its size: the image attributes come early.
+_DEFLATED_HEAD = 1 << 20
+
+
+def _dicom_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height x frames)`` of a DICOM file from its Rows, Columns and NumberOfFrames, without its
+    pixel data. A deflated data set is inflated only for its first :data:`_DEFLATED_HEAD` bytes (inflated
+    whole, a few hundred KB of zeros can be gigabytes). None when pydicom is missing or cannot read it."""
+    try:
+        import pydicom
+        from pydicom.filereader import read_dataset
+    except ImportError:
+        return None
+    try:
+        meta_end = 144 + struct.unpack("<I", data[140:144])[0]  # (0002,0000) group length, explicit VR UL
+        if _DEFLATED in data[132:meta_end]:
+            head = zlib.decompressobj(-zlib.MAX_WBITS).decompress(data[meta_end:], _DEFLATED_HEAD)
+            ds = read_dataset(io.BytesIO(head), is_implicit_VR=False, is_little_endian=True,
+                              stop_when=lambda tag, vr, length: tag > 0x00280011)  # fmt: skip
+        else:
+            ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True, force=True)
+        rows, columns = int(ds.Rows), int(ds.Columns)
+        frames = int(ds.get("NumberOfFrames") or 1)
+    except Exception:  # a truncated or malformed header: the decoder reports it
+        return None
+    return columns, rows * max(1, frames)
 
 
 def declared_size(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` in pixels that ``data`` declares, read from its header only; None when no
     reader knows the format (the decoder then says why it cannot decode it).
 
-    JPEG (start-of-frame) and PNG (IHDR) are read here; other formats through Pillow's ``Image.open``,
+    JPEG (start-of-frame), PNG (IHDR) and DICOM (Rows, Columns, NumberOfFrames: the height counts every
+    frame, as the decoder reads them all) are read here; other formats through Pillow's ``Image.open``,
     which parses the header without decoding. Raises Pillow's ``DecompressionBombError`` for an image
     past twice Pillow's ``Image.MAX_IMAGE_PIXELS`` (Pillow refuses to even open it).
     """
     if data[:2] == b"\xff\xd8":
         return _jpeg_size(data)
+    if is_dicom(data):
+        return _dicom_size(data)
     if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
         width, height = struct.unpack(">II", data[16:24])
         return width, height

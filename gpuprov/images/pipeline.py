@@ -82,6 +82,8 @@ def _decode_cpu(data: bytes) -> Decoded:
         raise DecodeError("empty file (0 bytes)")
     if is_dicom(data):
         return _decode_dicom(data)
+    if data[:6] in (b"GIF87a", b"GIF89a"):  # torchvision decodes every frame; the pixel limit counted one
+        return _decode_pil(data, ValueError("GIF is read through Pillow, first frame only"))
     raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
         depth16 = png_bit_depth(data) == 16

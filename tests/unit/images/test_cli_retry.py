@@ -50,6 +50,19 @@ def test_retry_dead_then_failed_by_path(tmp_path: Path, capsys: pytest.CaptureFi
     assert _stats(url) == QueueStats(pending=2, leased=0, done=0, failed=0, dead=0)
 
 
+def test_retry_by_a_relative_path_of_a_file_since_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    url, paths = _queue_with_one_failed_one_dead(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    paths[1].unlink()  # the dead one: moved away, its task still named by the path submit resolved
+    assert main(["images", "retry", "--queue", url, "in/1.png"]) == 0
+    assert "1 task(s) queued again" in capsys.readouterr().out
+    assert main(["images", "retry", "--queue", url, "--dead", "in/0.png"]) == 0  # 0.png is failed, not dead
+    captured = capsys.readouterr()
+    assert "0 task(s) queued again" in captured.out and "1 of the tasks named are not dead" in captured.err
+    assert _stats(url) == QueueStats(pending=1, leased=0, done=0, failed=1, dead=0)
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -81,7 +94,7 @@ def test_a_run_that_leaves_dead_tasks_exits_1_naming_retry(tmp_path: Path, capsy
     assert main(run) == 1
     captured = capsys.readouterr()
     assert "1 rows in" in captured.out and "0 failed, 1 dead" in captured.out
-    assert "gpuprov images retry --dead" in captured.err
+    assert f"gpuprov images retry --queue {url} --dead" in captured.err
     assert [json.loads(x)["state"] for x in (tmp_path / "o" / "failures.jsonl").read_text().splitlines()] == ["dead"]
     assert main(["images", "retry", "--queue", url, "--dead"]) == 0
     assert main(run) == 0

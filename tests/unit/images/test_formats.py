@@ -60,3 +60,38 @@ def test_a_format_pillow_refuses_to_open_raises_its_bomb_error() -> None:
 
 def test_the_default_limit_is_pillows() -> None:
     assert DEFAULT_MAX_PIXELS == Image.MAX_IMAGE_PIXELS
+
+
+def test_junk_before_the_frame_header_does_not_hide_the_size() -> None:
+    """libjpeg skips bytes that are no marker ("extraneous bytes before marker") and decodes the image anyway."""
+    jpeg = bytearray(_jpeg())
+    sof = jpeg.index(b"\xff\xc0")
+    jpeg[sof + 5 : sof + 9] = struct.pack(">HH", 12000, 13000)
+    assert declared_size(bytes(jpeg[:sof] + b"\x00\x17" + jpeg[sof:])) == (13000, 12000)
+
+
+def _dicom(rows: int, columns: int, frames: int, *, deflated: bool) -> bytes:
+    pydicom = pytest.importorskip("pydicom")
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import DeflatedExplicitVRLittleEndian, ExplicitVRLittleEndian, generate_uid
+
+    meta = FileMetaDataset()
+    meta.TransferSyntaxUID = DeflatedExplicitVRLittleEndian if deflated else ExplicitVRLittleEndian
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.7"  # secondary capture
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Rows, ds.Columns, ds.NumberOfFrames = rows, columns, frames
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.PixelData = bytes(rows * columns * frames)
+    buf = io.BytesIO()
+    pydicom.dcmwrite(buf, ds, enforce_file_format=True)
+    return buf.getvalue()
+
+
+def test_dicom_size_counts_every_frame_and_reads_a_deflated_set_without_inflating_it() -> None:
+    assert declared_size(_dicom(30, 40, 3, deflated=False)) == (40, 90)
+    bomb = _dicom(4000, 4000, 1, deflated=True)  # 16 MB of pixels in a few KB
+    assert len(bomb) < 100_000 and declared_size(bomb) == (4000, 4000)

@@ -43,6 +43,16 @@ def test_an_image_over_the_pixel_limit_fails_alone_undecoded(bomb_png: Callable[
     assert not isinstance(Decoder("cpu", max_pixels=64 * 48).decode([good])[0], DecodeError)
 
 
+def test_an_animated_gif_decodes_its_first_frame_only() -> None:
+    """torchvision would decode every frame (N x 3 x H x W, N times the memory the pixel limit counted)."""
+    frames = [Image.new("RGB", (60, 40), (i * 20, 0, 0)) for i in range(12)]
+    buf = io.BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:])
+    (out,) = Decoder("cpu").decode([buf.getvalue()])
+    assert not isinstance(out, DecodeError), out
+    assert tuple(out.pixels.shape) == (3, 40, 60)
+
+
 def test_decode_applies_exif_and_reports_corrupt() -> None:
     dec = Decoder("cpu", threads=2)
     try:
