@@ -39,7 +39,9 @@ from gpuprov.fleet.problem import redact_credentials
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.queue.base import MAX_LEASE_S
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic"})
+IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic", ".dcm"}
+)
 MANIFEST_SUFFIXES = (".txt", ".jsonl")
 QUEUE_ENVVAR = "GPUPROV_IMAGES_QUEUE"
 #: the largest --batch taken: far above what a GPU's memory holds of any model's inputs, and small enough for every

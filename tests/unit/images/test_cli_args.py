@@ -221,3 +221,12 @@ def test_unreadable_sources_and_unwritable_out_exit_2(tmp_path: Path, monkeypatc
                  "--task", "stats"]) == 2
     assert f"--out {tmp_path / 'out'}: cannot write there (Permission denied)" in capsys.readouterr().err
     assert not queue.exists()
+
+
+def test_a_folder_submit_takes_dicom_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The workers decode DICOM (.dcm): a folder of scans is queued like a folder of photos."""
+    (tmp_path / "scans").mkdir()
+    (tmp_path / "scans" / "ct-001.dcm").write_bytes(b"\0" * 128 + b"DICM")
+    (tmp_path / "scans" / "notes.txt").write_text("not an image")
+    assert main(["images", "submit", str(tmp_path / "scans"), "--queue", f"sqlite:///{tmp_path / 'q.db'}"]) == 0
+    assert "1 new of 1 images queued" in capsys.readouterr().out
