@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from nvml_fake import FakeNvml
+from test_verify import MIG_LGI
 
 from gpuprov import drift
 from gpuprov.facts import collect_with
@@ -37,17 +38,6 @@ PACKAGES = "\n".join([
 ])
 DAEMON = base64.b64encode(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}).encode()).decode()
 
-#: ``nvidia-smi mig -lgi`` as the driver prints it.
-MIG_LGI = """+---------------------------------------------------+
-| GPU instances:                                    |
-| GPU   Name             Profile  Instance   Placement  |
-|                          ID       ID       Start:Size |
-|===================================================|
-|   0  MIG 3g.71gb          9        1          4:4     |
-|   0  MIG 1g.18gb         19        9          0:1     |
-|   0  MIG 1g.18gb         19       10          1:1     |
-+---------------------------------------------------+
-"""
 
 
 @pytest.fixture(scope="module")
