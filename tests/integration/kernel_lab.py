@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import io
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +40,20 @@ def exec_ok(container: Any, script: str) -> str:
     text = out.decode(errors="replace")
     assert rc == 0, f"container command failed ({rc}): {script}\n{text}"
     return text
+
+
+def wait_booted(container: Any, timeout_s: float = 120.0) -> None:
+    """Wait until systemd in ``container`` reports ``running`` or ``degraded``. ``systemctl is-system-running
+    --wait`` alone can return at once while the system bus is not up yet, and systemd-tmpfiles then cleans
+    ``/tmp`` under the next command: apt's signature check fails with "Unknown error executing apt-key"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rc, out = container.exec_run(["systemctl", "is-system-running"])
+        if out.decode(errors="replace").strip() in ("running", "degraded"):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{container.name}: systemd did not finish booting ({rc}, {out!r})")
+        time.sleep(0.5)
 
 
 #: Options every systemd test container runs with (unprivileged: SYS_ADMIN and NET_ADMIN, cgroups read-only).
@@ -77,6 +92,7 @@ def dkms_image(image: str) -> str:
             return ref
         container = client.containers.run(image, name=f"gpuprov-dkms-build-{uuid.uuid4().hex[:8]}", **SYSTEMD_RUN)
         try:
+            wait_booted(container)
             exec_ok(container, PREPARE)
             exec_ok(container, FIRST_BOOT_UNDO)
             container.commit(repository=repository, tag=digest)
@@ -97,9 +113,8 @@ def dkms_container(image: str, label: str) -> Iterator[tuple[Any, str]]:
     container = client.containers.run(dkms_image(image), name=f"gpuprov-{label}-{uuid.uuid4().hex[:8]}",
                                       **SYSTEMD_RUN)
     try:
-        # systemd-tmpfiles cleans /tmp during boot, which breaks apt's signature check if apt runs first
-        kernel = exec_ok(container, "systemctl is-system-running --wait >/dev/null 2>&1 || true; "
-                                    "ls /boot | sed -n 's/^vmlinuz-//p' | sort | tail -n1").split()[-1]
+        wait_booted(container)  # systemd-tmpfiles cleans /tmp during boot, which breaks apt's signature check
+        kernel = exec_ok(container, "ls /boot | sed -n 's/^vmlinuz-//p' | sort | tail -n1").split()[-1]
         yield container, kernel
     finally:
         container.remove(force=True)

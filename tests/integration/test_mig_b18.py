@@ -18,7 +18,6 @@ import io
 import json
 import tarfile
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ import yaml
 
 from gpuprov.mocknvml import install
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
-from tests.integration.kernel_lab import exec_ok, task_results
+from tests.integration.kernel_lab import exec_ok, task_results, wait_booted
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -75,15 +74,6 @@ print(json.dumps(out))
 """
 
 
-def _wait_booted(container: Any) -> None:
-    for _ in range(120):
-        rc, out = container.exec_run(["systemctl", "is-system-running"])
-        if out.decode().strip() in ("running", "degraded"):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{container.name}: systemd did not finish booting ({rc}, {out!r})")
-
-
 @pytest.fixture(scope="module")
 def host(lab_images: dict[str, str]) -> Iterator[Any]:
     """The container, booted, with the mock NVML and the stand-in persistence daemon running."""
@@ -96,7 +86,7 @@ def host(lab_images: dict[str, str]) -> Iterator[Any]:
         tmpfs={"/run": "", "/run/lock": ""}, volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
     )
     try:
-        _wait_booted(container)
+        wait_booted(container)
         with tempfile.TemporaryDirectory(prefix="gpuprov-mig-") as tmp:
             install(Path(tmp), "a100x8-nvswitch")
             buffer = io.BytesIO()
@@ -150,7 +140,7 @@ def test_b18_layout_applied_then_recreated_by_the_boot_unit_after_a_reboot(host:
 
     boot_before = exec_ok(host, f"sed -n 's/^boot=//p' {STATE}").strip()
     host.restart()  # the reboot
-    _wait_booted(host)
+    wait_booted(host)
     assert _show(host, "gpuprov-mig.service", "ActiveState") == "active"
     assert _show(host, "gpuprov-mig.service", "Result") == "success"
     journal = exec_ok(host, "journalctl -b -u gpuprov-mig.service --no-pager -o cat")

@@ -30,7 +30,7 @@ import pytest
 
 from gpuprov.runner import RunResult
 from gpuprov.standin.dcgm import build
-from tests.integration.kernel_lab import exec_ok, run, task_results
+from tests.integration.kernel_lab import exec_ok, run, task_results, wait_booted
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -57,8 +57,8 @@ def box(lab_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             tar.add(str(work / "standin" / "repo"), arcname=Path(REPO).name)
         container.put_archive(str(Path(REPO).parent), buffer.getvalue())
+        wait_booted(container)  # systemd-tmpfiles cleans /tmp during boot, which breaks apt's signature check
         exec_ok(container, (
-            "systemctl is-system-running --wait >/dev/null 2>&1 || true; "
             f"cd {REPO} && (setsid nohup python3 -m http.server --bind 127.0.0.1 {PORT} >/dev/null 2>&1 &); "
             f"for i in $(seq 50); do python3 -c \"import urllib.request as u; u.urlopen('{URL}Release')\" "
             "2>/dev/null && break; sleep 0.2; done; "
