@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     args = sys.argv[1:] if argv is None else list(argv)
+    # a path from argv that is not UTF-8 holds surrogate escapes (U+DC80-U+DCFF); printed in a message it would
+    # raise UnicodeEncodeError, so such characters are written as backslash escapes instead
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code = cli.main(args=args, prog_name="gpuprov", standalone_mode=False, obj={"argv": args})
     except FleetValidationError as exc:

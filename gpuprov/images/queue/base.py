@@ -193,8 +193,9 @@ def task_key(payload: dict[str, Any]) -> str:
 
 
 def task_id(key: str) -> str:
-    """The stable task id for an idempotence key: hex sha256 of the key (UTF-8)."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    """The stable task id for an idempotence key: hex sha256 of the key's bytes (UTF-8; a file name that is not
+    UTF-8 keeps its own bytes, as Python's surrogate escapes hold them)."""
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def dump_json(value: dict[str, Any], what: str) -> str:

@@ -7,6 +7,7 @@ and nothing is touched; ``lab`` (it starts and removes containers), ``doctor --f
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +29,12 @@ LEFT_OUT = {("lab",), ("doctor", "fix"), ("doctor", "local"), ("verify", "local"
 TRICKY = ["", " ", "-1", "0", "1", "nan", "inf", "1e400", "99999999999999999999", "all", "cpu", "0,0", ",",
           "auto", "sqlite:///", "sqlite:relative.db", "redis://h/abc", "redis://127.0.0.1:1/0", "/", "~", "-",
           "--", "a=b", "{", "@missing.yml", "gpu01", "*", "!", "é"]  # fmt: skip
-#: what a shell can pass: any text but NUL (argv strings end at it)
-ARGV_TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=6)
+#: what a shell can pass: any bytes but NUL (argv strings end at it), as Python decodes them (surrogateescape for
+#: bytes that are not UTF-8; a lone surrogate such as U+D800 cannot come from argv)
+ARGV_TEXT = st.one_of(
+    st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=6),
+    st.binary(max_size=6).map(lambda raw: os.fsdecode(raw.replace(b"\x00", b""))),
+)
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:

@@ -37,6 +37,15 @@ def test_submit_is_idempotent_and_numbers_shards_in_order(queue: Queue) -> None:
     assert all(t.attempts == 1 for t in tasks)
 
 
+def test_a_file_name_that_is_not_utf8_round_trips(queue: Queue) -> None:
+    """A Latin-1 name (bytes 0xE9 0xFF) as os.listdir returns it: surrogate escapes, the file's own bytes."""
+    path = "/img/" + b"caf\xe9\xff.jpg".decode("utf-8", "surrogateescape")
+    assert queue.submit([{"path": path}]) == 1
+    (task,) = queue.claim("w", 10, 30)
+    assert task.payload == {"path": path} and task.id == task_id(path) != task_id("/img/caf.jpg")
+    assert task_id(path) == task_id(path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape"))
+
+
 def test_submit_rejects_payload_without_key_or_path(queue: Queue) -> None:
     with pytest.raises(QueueError):
         queue.submit([{"size": 3}])
