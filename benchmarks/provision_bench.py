@@ -40,7 +40,7 @@ from gpuprov.ansible_settings import BASE_ENV
 from gpuprov.fleet import load_fleet
 from gpuprov.lab import containers, fleetfile, repo, state
 from gpuprov.render import render_inventory
-from gpuprov.resources import playbooks_dir, roles_dir
+from gpuprov.resources import playbooks_dir
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 
 TUNINGS = ("baseline", "tuned", "factcache", "mitogen")
@@ -68,7 +68,7 @@ def tuning_env(name: str, hosts: int, cache_dir: Path) -> tuple[dict[str, str], 
 def run_site(inventory: Path, state_root: Path, env: dict[str, str], forks: int) -> RunResult:
     """One whole-site run on the rendered ``inventory``."""
     run_dir = new_run_dir(state_root, "bench")
-    request = RunRequest(inventory=inventory, playbook=playbooks_dir() / "site.yml", roles_path=roles_dir(),
+    request = RunRequest(inventory=inventory, playbook=playbooks_dir() / "site.yml",
                          run_dir=run_dir, forks=forks, env=env)
     return run_playbook(request)
 

@@ -22,8 +22,9 @@ BASE_ENV: dict[str, str] = {
 }
 
 
-def ansible_cfg_text(roles_path: Path) -> str:
-    """Return an ``ansible.cfg`` holding the same settings as :data:`BASE_ENV` and ``roles_path``.
+def ansible_cfg_text(collections_path: Path) -> str:
+    """Return an ``ansible.cfg`` holding the same settings as :data:`BASE_ENV` and ``collections_path`` (the
+    directory holding ``ansible_collections/gpuprov/gpu``).
 
     Rendered from ``templates/ansible.cfg.j2``; :func:`gpuprov.render.render_inventory` writes it beside
     the rendered inventory, so that ``ANSIBLE_CONFIG=DIR/ansible.cfg ansible-playbook -i DIR
@@ -33,4 +34,4 @@ def ansible_cfg_text(roles_path: Path) -> str:
         loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True, autoescape=False,
     )
-    return environment.get_template("ansible.cfg.j2").render(roles_path=roles_path, env=BASE_ENV)
+    return environment.get_template("ansible.cfg.j2").render(collections_path=collections_path, env=BASE_ENV)

@@ -1,6 +1,6 @@
 """``gpuprov doctor``: collect a host's facts (locally, or on a fleet's hosts) and apply the doctor rules.
 
-The rules are ``roles/gpuprov_common/module_utils/gpuprov_doctor.py`` (pure, Python 3.8); bios_check's PCIe,
+The rules are ``plugins/module_utils/doctor.py`` (pure, Python 3.8); bios_check's PCIe,
 BAR and lost-GPU rules come from ``gpuprov_findings.py``. The facts come from the code that already reads them:
 the NVML collector (:mod:`gpuprov.facts`), ``platform_info``, ``gpu_pci_info`` and ``kernel_dkms_info``. Locally
 those files are loaded with :mod:`importlib`; for a fleet a one-play run executes the same modules on every host
@@ -10,22 +10,24 @@ and the facts are taken from the runner events' registered results, never from a
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as doctor_rules
+from ansible_collections.gpuprov.gpu.plugins.module_utils import findings as findings_rules
+from ansible_collections.gpuprov.gpu.plugins.module_utils import kernels as kernels_utils
+from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml as nvml_collector
+
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.hostplay import TaskResults
-from gpuprov.resources import roles_dir
-from gpuprov.role_code import library, module_utils
 
 log = logging.getLogger(__name__)
 
@@ -33,28 +35,22 @@ log = logging.getLogger(__name__)
 PCI_MODULES = ["nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "vfio_pci"]
 
 
-@cache
-def rules() -> ModuleType:
-    """The doctor rules module (``gpuprov_doctor.py``, after the shared rules it imports)."""
-    module_utils("gpuprov_findings")
-    module_utils("gpuprov_health")
-    module_utils("gpuprov_miglayout")
-    return module_utils("gpuprov_doctor")
-
-
-@cache
-def findings() -> ModuleType:
-    """bios_check's rules module (``gpuprov_findings.py``)."""
-    return module_utils("gpuprov_findings")
-
-
 def _library(name: str) -> ModuleType:
-    return library(name, needs=("gpuprov_kernels", "gpuprov_findings", "gpuprov_health"))
+    """One of the collection's read-only modules (gpu_pci_info, kernel_dkms_info, platform_info), which
+    ``--local`` runs in this process. Imported on first use: an Ansible module imports
+    ``ansible.module_utils.basic``, which patches ``sys.intern`` for the rest of the process."""
+    return importlib.import_module(f"ansible_collections.gpuprov.gpu.plugins.modules.{name}")
 
 
 def diagnose(facts: dict[str, Any]) -> list[dict[str, Any]]:
     """Apply the doctor rules (and bios_check's kept rules) to one host's facts."""
-    result: list[dict[str, Any]] = rules().diagnose(facts, findings().evaluate)
+    result: list[dict[str, Any]] = doctor_rules.diagnose(facts, findings_rules.evaluate)
+    return result
+
+
+def problems(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The diagnoses of ``found`` that make doctor exit 1 (severity fail or warn)."""
+    result: list[dict[str, Any]] = doctor_rules.problems(found)
     return result
 
 
@@ -79,7 +75,6 @@ def kernel_facts(running: str | None = None, modules_dir: str = "/lib/modules", 
     versions: dict[str, set[str]] = {}
     for entry in entries:
         versions.setdefault(entry["module"], set()).add(entry["version"])
-    kernels_utils = sys.modules["ansible.module_utils.gpuprov_kernels"]
     dkms_versions = {k: sorted(v, key=kernels_utils.version_key) for k, v in versions.items()}
 
     def modinfo(kernel: str, name: str) -> tuple[str | None, str]:
@@ -104,7 +99,7 @@ def module_log(kernel_log_path: str | None) -> list[str]:
             text = ""
     else:
         _rc, text = _run(["journalctl", "-k", "-b", "--no-pager", "-q"])
-    return [line for line in text.splitlines() if rules().SECURE_BOOT_LOG.search(line)]
+    return [line for line in text.splitlines() if doctor_rules.SECURE_BOOT_LOG.search(line)]
 
 
 def device_holders(proc_root: str = "/proc") -> list[dict[str, Any]]:
@@ -168,10 +163,8 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
     Raises:
         EnvironmentMissing: neither NVML (pynvml) nor the PCI bus could be read: nothing can be checked. Exit 4.
     """
-    from gpuprov.facts import load_collector
-
     def collect_with(nv: Any) -> dict[str, Any]:
-        result: dict[str, Any] = load_collector().collect(nv, sysfs_root, proc_root)
+        result: dict[str, Any] = nvml_collector.collect(nv, sysfs_root, proc_root)
         return result
 
     facts: dict[str, Any] = {}
@@ -223,9 +216,8 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
         "hosts": "gpuprov",
         "gather_facts": False,
         "become": True,
-        "roles": [{"role": "gpuprov_common"}],
         "tasks": [
-            {"name": "Read NVML facts", "nvml_facts": {}, "register": "__doctor_nvml", **ro},
+            {"name": "Read NVML facts", "gpuprov.gpu.nvml_facts": {}, "register": "__doctor_nvml", **ro},
             # the fleet file's expectations, as the verify role reads them (roles/verify/defaults/main.yml)
             {"name": "Read what the fleet file expects", "ansible.builtin.set_fact": {"__doctor_expected": {
                 "model": "{{ gpuprov_gpus_model | default(none) }}",
@@ -243,15 +235,16 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
              "when": "__doctor_nvml.ansible_facts.gpuprov_gpus.gpus | default([]) | map(attribute='mig', default=none)"
                      " | select('mapping') | selectattr('current') | list | length > 0",
              "failed_when": False, "register": "__doctor_mig", **ro},
-            {"name": "Read the platform", "platform_info": {
+            {"name": "Read the platform", "gpuprov.gpu.platform_info": {
                 **roots, "proc_root": f"{{{{ {_V}_proc_root | default('/proc') }}}}", "daemons": True,
                 "services": True, "kernel_log_path": f"{{{{ {_V}_kernel_log_path | default(omit) }}}}"},
              "register": "__doctor_platform", **ro},
-            {"name": "Read GPU PCI bindings", "gpu_pci_info": roots, "register": "__doctor_pci", **ro},
-            {"name": "Read kernels and DKMS", "kernel_dkms_info": {
+            {"name": "Read GPU PCI bindings", "gpuprov.gpu.gpu_pci_info": roots, "register": "__doctor_pci", **ro},
+            {"name": "Read kernels and DKMS", "gpuprov.gpu.kernel_dkms_info": {
                 "running_kernel": f"{{{{ {_V}_running_kernel | default(omit) }}}}"},
              "register": "__doctor_kernel", **ro},
-            {"name": "Sample NVML utilisation", "nvml_facts": {}, "loop": f"{{{{ range({max(1, samples)}) | list }}}}",
+            {"name": "Sample NVML utilisation", "gpuprov.gpu.nvml_facts": {},
+             "loop": f"{{{{ range({max(1, samples)}) | list }}}}",
              "loop_control": {"pause": pause, "label": "sample {{ item }}"}, "register": "__doctor_samples", **ro},
             {"name": "Find the NVIDIA device files", "ansible.builtin.find": {
                 "paths": "/dev", "patterns": "nvidia*", "file_type": "any"}, "register": "__doctor_dev", **ro},
@@ -330,7 +323,7 @@ def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
             import base64
 
             text = base64.b64decode(str(res["content"])).decode("utf-8", "replace")
-            facts["module_log"] = [line for line in text.splitlines() if rules().SECURE_BOOT_LOG.search(line)]
+            facts["module_log"] = [line for line in text.splitlines() if doctor_rules.SECURE_BOOT_LOG.search(line)]
     return facts
 
 
@@ -422,6 +415,6 @@ def fix_fleet(fleet_path: Path, diagnoses: dict[str, list[dict[str, Any]]],
                 "id": task.split(" ")[1] if task.startswith("Fix ") else task, "action": res.get("cmd"),
                 "rc": res.get("rc"), "output": (str(res.get("stdout") or "") + str(res.get("stderr") or ""))[-2000:]})
 
-    run_playbook(RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+    run_playbook(RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir,
                             limit=limit), on_event=on_event)
     return done

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 from rich.table import Table
-
-from gpuprov.role_code import module_utils
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +218,7 @@ def _runtime(want: dict[str, Any], packages: dict[str, str], files: dict[str, An
 
 
 def _mig(want: dict[str, Any], nvml: dict[str, Any], instances_text: str) -> dict[str, Any]:
-    rules = module_utils("gpuprov_miglayout")
+    rules = miglayout
     gpus = [g for g in nvml.get("gpus") or [] if not g.get("lost")]
     modes = {g.get("index"): (g.get("mig") or {}).get("current") for g in gpus}
     instances = rules.parse_mig_instances(instances_text or "")

@@ -197,7 +197,7 @@ def execute(options: ApplyOptions, console: Console) -> int:
         raise
     playbook, label = _select_playbook(options.roles, run_dir)
     request = RunRequest(
-        inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+        inventory=inventory, playbook=playbook, run_dir=run_dir,
         check=options.check, diff=options.diff, tags=options.tags, skip_tags=options.skip_tags,
         limit=options.limit, extravars=extravars, forks=options.forks, verbosity=options.verbosity,
     )

@@ -1,8 +1,8 @@
 """NVML facts: the local machine's (``gpuprov facts``) and a fleet's (``gpuprov facts FILE``), and their table.
 
-There is one collector, ``roles/gpuprov_common/module_utils/gpuprov_nvml.py``; the ``nvml_facts`` Ansible module
-runs it on the hosts and :func:`local_facts` loads that same file here with :mod:`importlib`, so both report the
-same shape (documented in :func:`collect` of that file and in ``docs/facts.md``).
+There is one collector, the collection's ``plugins/module_utils/nvml.py``; the ``gpuprov.gpu.nvml_facts`` module
+runs it on the hosts and :func:`local_facts` imports that same file here, so both report the same shape
+(documented in :func:`collect` of that file and in ``docs/facts.md``).
 
 Fleet facts come from ansible-runner's ``runner_on_ok`` events (``event_data.res.ansible_facts``) of a one-task
 play, never from ansible-playbook's output.
@@ -12,51 +12,38 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml as nvml_collector
 from rich.table import Table
 
 from gpuprov.exceptions import EnvironmentMissing, NVMLUnavailable
 from gpuprov.hostplay import TaskResults
-from gpuprov.role_code import common_path, module_utils
 
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
 
-#: The play ``gpuprov facts FILE`` runs: the gpuprov_common role makes its module and action plugin resolve.
+#: The play ``gpuprov facts FILE`` runs: the collection's nvml_facts module and its action plugin.
 FACTS_PLAY: list[dict[str, Any]] = [
     {
         "name": "Read NVML facts",
         "hosts": "gpuprov",
         "gather_facts": False,
-        "roles": [{"role": "gpuprov_common"}],
-        "tasks": [{"name": "Read NVML facts", "nvml_facts": {}, "check_mode": False}],
+        "tasks": [{"name": "Read NVML facts", "gpuprov.gpu.nvml_facts": {}, "check_mode": False}],
     }
 ]
 
 
 def collector_path() -> Path:
-    """Return the path of the shared collector, ``<roles>/gpuprov_common/module_utils/gpuprov_nvml.py``."""
-    return common_path("module_utils/gpuprov_nvml.py")
-
-
-@cache
-def load_collector() -> ModuleType:
-    """Import the shared collector from the roles directory (once per process).
-
-    Raises:
-        EnvironmentMissing: the file is missing (a broken installation).
-    """
-    return module_utils("gpuprov_nvml")
+    """Return the path of the shared collector, the collection's ``plugins/module_utils/nvml.py``."""
+    return Path(nvml_collector.__file__)
 
 
 def collect_with(nv: Any) -> dict[str, Any]:
     """Run the shared collector against ``nv`` (pynvml, or a stand-in with its API) and return the fact."""
-    facts: dict[str, Any] = load_collector().collect(nv)
+    facts: dict[str, Any] = nvml_collector.collect(nv)
     return facts
 
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.resources import roles_dir
 
 if TYPE_CHECKING:  # ansible-runner is imported only when a play runs
     from gpuprov.runner import RunResult
@@ -148,7 +147,7 @@ def run_play(run_dir: Path, inventory: Path, playbook: Path, limit: str | None =
     from gpuprov.runner import RunRequest, run_playbook
 
     collector = results if results is not None else TaskResults()
-    request = RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+    request = RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir,
                          limit=limit, extravars=dict(extravars or {}), check=check)
     result = run_playbook(request, on_event=collector)
     failed = {name: "; ".join(f["msg"] for f in result.hosts[name].failures) or result.hosts[name].status

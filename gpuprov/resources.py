@@ -1,8 +1,10 @@
-"""Where gpuprov finds its Ansible content and keeps its state.
+"""Where gpuprov finds its Ansible collection and templates, and keeps its state.
 
-Roles, playbooks and templates ship inside the wheel under ``gpuprov/_ansible/`` (see
-``[tool.hatch.build.targets.wheel.force-include]`` in pyproject.toml); in a source checkout or an
-editable install they are the repository's top-level ``roles/``, ``playbooks/`` and ``templates/``.
+The roles, playbooks, modules and plugins are the ``gpuprov.gpu`` collection. The wheel ships it as
+``ansible_collections/gpuprov/gpu/`` next to the ``gpuprov`` package (``.ci/hatch_build.py``); in a source
+checkout or an editable install the checkout is the collection root and ``.collections/`` holds the link
+``ansible_collections/gpuprov/gpu`` to it. Either way :func:`collections_path` is the directory Ansible
+is given as its collections path and Python finds ``ansible_collections.gpuprov.gpu`` on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -12,34 +14,44 @@ from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
+#: The collection's name, as roles and modules are called by it (``gpuprov.gpu.nouveau``).
+COLLECTION = "gpuprov.gpu"
 
-def ansible_dir() -> Path:
-    """Return the directory that holds ``roles/`` and ``playbooks/``.
 
-    The wheel's ``gpuprov/_ansible`` wins when it exists; otherwise the source checkout's root.
+def collections_path() -> Path:
+    """Return the directory holding ``ansible_collections/gpuprov/gpu``: site-packages for a wheel install,
+    the checkout's ``.collections`` otherwise.
 
     Raises:
-        FileNotFoundError: neither location has a ``playbooks/site.yml``.
+        FileNotFoundError: neither location holds the collection (a broken installation).
     """
-    for candidate in (_PACKAGE_DIR / "_ansible", _PACKAGE_DIR.parent):
-        if (candidate / "playbooks" / "site.yml").is_file():
+    for candidate in (_PACKAGE_DIR.parent, _PACKAGE_DIR.parent / ".collections"):
+        if (candidate / "ansible_collections" / "gpuprov" / "gpu" / "galaxy.yml").is_file():
             return candidate
-    raise FileNotFoundError(f"no playbooks/site.yml under {_PACKAGE_DIR / '_ansible'} or {_PACKAGE_DIR.parent}")
+    raise FileNotFoundError(f"no ansible_collections/gpuprov/gpu/galaxy.yml under {_PACKAGE_DIR.parent} "
+                            f"or {_PACKAGE_DIR.parent / '.collections'}: reinstall gpuprov")
+
+
+def collection_dir() -> Path:
+    """Return the collection root (``galaxy.yml``, ``roles/``, ``playbooks/``, ``plugins/``), links resolved."""
+    return (collections_path() / "ansible_collections" / "gpuprov" / "gpu").resolve()
 
 
 def playbooks_dir() -> Path:
     """Return the directory holding ``site.yml`` and one ``<role>.yml`` per role."""
-    return ansible_dir() / "playbooks"
+    return collection_dir() / "playbooks"
 
 
 def roles_dir() -> Path:
-    """Return the directory holding the gpuprov roles."""
-    return ansible_dir() / "roles"
+    """Return the directory holding the collection's roles."""
+    return collection_dir() / "roles"
 
 
 def templates_dir() -> Path:
-    """Return the directory holding gpuprov's own Jinja templates (``ansible.cfg.j2``)."""
-    return ansible_dir() / "templates"
+    """Return the directory holding gpuprov's own Jinja templates (``ansible.cfg.j2``): the wheel's
+    ``gpuprov/_templates``, else the checkout's ``templates/``."""
+    shipped = _PACKAGE_DIR / "_templates"
+    return shipped if shipped.is_dir() else _PACKAGE_DIR.parent / "templates"
 
 
 def state_dir() -> Path:

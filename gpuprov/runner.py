@@ -36,6 +36,7 @@ import ansible_runner
 from gpuprov.ansible_settings import BASE_ENV
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError, Interrupted
 from gpuprov.needs import failure_message, host_needs, item_label, truthy
+from gpuprov.resources import collections_path
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,9 @@ RESULT_EVENTS: dict[str, str] = {
 }
 
 def run_env() -> dict[str, str]:
-    """Return :data:`BASE_ENV` plus a ``PATH`` that finds the ``ansible-playbook`` installed beside this
-    Python (a virtual environment need not be activated)."""
-    env = dict(BASE_ENV)
+    """Return :data:`BASE_ENV`, the collections path that holds ``gpuprov.gpu``, and a ``PATH`` that finds
+    the ``ansible-playbook`` installed beside this Python (a virtual environment need not be activated)."""
+    env = {**BASE_ENV, "ANSIBLE_COLLECTIONS_PATH": str(collections_path())}
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     env["PATH"] = path if bindir in path.split(os.pathsep) else os.pathsep.join(p for p in (bindir, path) if p)
@@ -64,7 +65,6 @@ class RunRequest:
     Attributes:
         inventory: rendered inventory directory (:func:`gpuprov.render.render_inventory`).
         playbook: absolute path of the playbook (``site.yml`` or ``<role>.yml``).
-        roles_path: directory holding the roles.
         run_dir: private data directory for this run (created by :func:`new_run_dir`).
         check / diff: ansible's ``--check`` / ``--diff``.
         tags / skip_tags: comma-separated tag lists, or None.
@@ -78,7 +78,6 @@ class RunRequest:
 
     inventory: Path
     playbook: Path
-    roles_path: Path
     run_dir: Path
     check: bool = False
     diff: bool = False
@@ -492,7 +491,6 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             ident=ident,
             playbook=str(request.playbook),
             inventory=str(request.inventory),
-            roles_path=str(request.roles_path),
             envvars={**run_env(), **request.env},
             extravars=request.extravars or None,
             cmdline=cmdline or None,

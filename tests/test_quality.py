@@ -23,7 +23,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "argv",
     [
-        pytest.param(["ruff", "check", "gpuprov", "tests"], id="ruff"),
+        pytest.param(["ruff", "check", "gpuprov", "tests", "benchmarks", "plugins", ".ci"], id="ruff"),
         pytest.param(["mypy"], id="mypy"),
         pytest.param(["yamllint", "--strict", "roles", "playbooks", "molecule", "inventory"], id="yamllint"),
         pytest.param(["ansible-lint", "--offline", "roles", "playbooks"], id="ansible-lint"),

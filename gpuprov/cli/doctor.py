@@ -67,7 +67,7 @@ def command(fleet: Path | None, local: bool, limit: str | None, fix: bool, as_js
             click.echo(json.dumps({"diagnoses": found, "fixes": fixes}, indent=2, sort_keys=True))
         else:
             _print(console, "this machine", found, fixes)
-        problems, failed = {"localhost": doctor.rules().problems(found)}, {}
+        problems, failed = {"localhost": doctor.problems(found)}, {}
     else:
         result = doctor.fleet_doctor(fleet, limit, window, samples)
         fleet_fixes = doctor.fix_fleet(fleet, result.diagnoses, limit) if fix else {}
@@ -81,7 +81,7 @@ def command(fleet: Path | None, local: bool, limit: str | None, fix: bool, as_js
             for host, message in sorted(result.failed.items()):
                 console.print(f"{host}: unreachable or failed: {message}", style="red", markup=False)
             console.print(f"run record: {result.run_dir}", markup=False)
-        problems = {h: doctor.rules().problems(d) for h, d in result.diagnoses.items()}
+        problems = {h: doctor.problems(d) for h, d in result.diagnoses.items()}
         failed = result.failed
     if failed:
         raise HostsFailed(f"{len(failed)} host(s) could not be diagnosed: {', '.join(sorted(failed))}", sorted(failed))

@@ -276,11 +276,11 @@ def _check_host_path(value: object) -> str:
 
 @cache
 def finding_ids() -> tuple[str, ...]:
-    """The bios_check finding ids (``FINDING_IDS`` of ``roles/gpuprov_common/module_utils/gpuprov_findings.py``,
+    """The bios_check finding ids (``FINDING_IDS`` of the collection's ``plugins/module_utils/findings.py``,
     the rules the role runs; documented in docs/bios-check.md)."""
-    from gpuprov.role_code import module_utils
+    from ansible_collections.gpuprov.gpu.plugins.module_utils.findings import FINDING_IDS
 
-    ids: tuple[str, ...] = tuple(module_utils("gpuprov_findings").FINDING_IDS)
+    ids: tuple[str, ...] = tuple(FINDING_IDS)
     return ids
 
 

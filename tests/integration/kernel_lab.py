@@ -157,7 +157,7 @@ def run(container: Any, playbook: str, state: Path, extravars: dict[str, Any] | 
     host = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host}}}}}),
                          encoding="utf-8")
-    request = RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / playbook, roles_path=ROOT / "roles",
+    request = RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / playbook,
                          run_dir=run_dir, check=check, extravars={k: str(v) for k, v in (extravars or {}).items()})
     return run_playbook(request)
 

@@ -4,12 +4,12 @@ Run with the Python of an environment that has gpuprov installed (``python runti
 what gpuprov's runtime install brings (ansible-core, ansible-runner, Jinja2, PyYAML) and prints one JSON
 document::
 
-    {"ansible_dir": str, "checked": {"module": int, "filter": int, "test": int, "lookup": int},
+    {"collection_dir": str, "checked": {"module": int, "filter": int, "test": int, "lookup": int},
      "unresolved": [{"playbook": str, "kind": "module"|"filter"|"test"|"lookup", "name": str, "file": str}],
      "syntax": {"<playbook>.yml": {"status": str, "rc": int, "error": str}}}
 
-Each playbook is checked with the plugin paths Ansible gives it: the roles it names, their ``meta`` dependencies
-(transitively), and their ``library/``, ``*_plugins/`` and ``module_utils/`` folders. Modules and actions are
+Each playbook is checked as Ansible runs it: the ``gpuprov.gpu`` collection on the collections path gpuprov gives
+ansible-playbook, the roles the playbook names and their ``meta`` dependencies (transitively). Modules and actions are
 resolved by ansible-core's own task parser (``ModuleArgsParser``), filters, tests and lookups (in task keywords,
 ``when``-style conditions and role templates) by its plugin loaders. Every playbook then runs
 ``--syntax-check`` through ansible-runner's API.
@@ -41,10 +41,12 @@ def _yaml(path: Path) -> Any:
 
 
 def _role_closure(roles_dir: Path, names: list[str]) -> list[Path]:
-    """The role folders of ``names`` and of their meta dependencies, dependencies first."""
+    """The role folders of ``names`` (``gpuprov.gpu.<role>`` or a short name) and of their meta dependencies,
+    dependencies first."""
     seen: dict[str, Path] = {}
 
     def visit(name: str) -> None:
+        name = name.removeprefix("gpuprov.gpu.")
         if name in seen:
             return
         role = roles_dir / name
@@ -151,15 +153,13 @@ def _action_found(action: str) -> bool:
     return bool(action_loader.find_plugin_with_context(action).resolved)
 
 
-def check_playbook(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
+def check_playbook(collection_dir: Path, playbook: Path) -> dict[str, Any]:
     """Resolve every plugin of one playbook and its roles; returns ``{"checked": {...}, "unresolved": [...]}``."""
     from ansible.errors import AnsibleError
     from ansible.parsing.mod_args import ModuleArgsParser
-    from ansible.plugins.loader import add_all_plugin_dirs, filter_loader, lookup_loader, test_loader
+    from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 
-    roles = _role_closure(ansible_dir / "roles", _playbook_roles(playbook))
-    for role in roles:
-        add_all_plugin_dirs(str(role))
+    roles = _role_closure(collection_dir / "roles", _playbook_roles(playbook))
     env = jinja2.Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])
     builtin = {"filter": set(env.filters), "test": set(env.tests)}
     loaders = {"filter": filter_loader, "test": test_loader, "lookup": lookup_loader}
@@ -220,7 +220,7 @@ def check_playbook(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
     return {"checked": checked, "unresolved": unresolved}
 
 
-def syntax_check(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
+def syntax_check(collections_path: Path, playbook: Path) -> dict[str, Any]:
     """``--syntax-check`` of one playbook through ansible-runner; ``{"status", "rc", "error"}``."""
     import ansible_runner
 
@@ -231,7 +231,7 @@ def syntax_check(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
             private_data_dir=private, playbook=str(playbook),
             cmdline="--syntax-check", quiet=True, suppress_env_files=True,
             # this environment's ansible-playbook, whatever the caller's PATH holds
-            envvars={"ANSIBLE_ROLES_PATH": str(ansible_dir / "roles"), "ANSIBLE_NOCOLOR": "1",
+            envvars={"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "ANSIBLE_NOCOLOR": "1",
                      "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])},
         )
         error = run.stdout.read()[-2000:] if run.rc else ""
@@ -241,21 +241,20 @@ def syntax_check(ansible_dir: Path, playbook: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """With a playbook name: check that one (plugin paths are process-wide, so each playbook gets a process of
     its own); without: every playbook, merged into one document."""
-    from gpuprov.resources import ansible_dir as find_ansible_dir
+    from gpuprov.resources import collection_dir, collections_path
 
-    ansible_dir = find_ansible_dir()
     if argv:
         from ansible.plugins.loader import init_plugin_loader
 
-        init_plugin_loader()
-        playbook = ansible_dir / "playbooks" / argv[0]
-        result = check_playbook(ansible_dir, playbook)
-        result["syntax"] = {playbook.name: syntax_check(ansible_dir, playbook)}
+        init_plugin_loader([str(collections_path())])
+        playbook = collection_dir() / "playbooks" / argv[0]
+        result = check_playbook(collection_dir(), playbook)
+        result["syntax"] = {playbook.name: syntax_check(collections_path(), playbook)}
         json.dump(result, sys.stdout)
         return 0
-    merged: dict[str, Any] = {"ansible_dir": str(ansible_dir), "checked": dict.fromkeys(CHECKED_KINDS, 0),
+    merged: dict[str, Any] = {"collection_dir": str(collection_dir()), "checked": dict.fromkeys(CHECKED_KINDS, 0),
                               "unresolved": [], "syntax": {}}
-    for playbook in sorted((ansible_dir / "playbooks").glob("*.yml")):
+    for playbook in sorted((collection_dir() / "playbooks").glob("*.yml")):
         proc = subprocess.run([sys.executable, __file__, playbook.name], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             print(f"{playbook.name}: checker failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}", file=sys.stderr)

@@ -98,7 +98,7 @@ def _run(container: Any, tmp: Path, playbooks: list[str], extravars: dict[str, s
     playbook = run_dir / "adopt.yml"
     playbook.write_text(yaml.safe_dump([{"name": f"Import {p}", "ansible.builtin.import_playbook": str(
         ROOT / "playbooks" / p)} for p in playbooks]), encoding="utf-8")
-    request = RunRequest(inventory=inventory, playbook=playbook, roles_path=ROOT / "roles", run_dir=run_dir,
+    request = RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir,
                          check=check, extravars=extravars)
     return run_playbook(request)
 

@@ -102,7 +102,7 @@ def _run(tmp_path: Path, container: Any, label: str, **kwargs: Any) -> Any:
         inventory=inventory,
         envvars={
             "PATH": path,
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
             "ANSIBLE_INJECT_FACTS_AS_VARS": "False",
             "ANSIBLE_NOCOLOR": "1",
         },

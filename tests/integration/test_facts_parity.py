@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml
 from nvml_fake import FakeNvml
-
-from gpuprov.facts import load_collector
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "real-h200"
@@ -100,7 +99,7 @@ def test_fake_from_fixture_matches_real_host(real: dict[str, Any], tmp_path: Pat
     # The fixture's probe.txt: /proc/driver/nvidia/version says 580.159.04 (the loaded module).
     (tmp_path / "module" / "nvidia").mkdir(parents=True)
     (tmp_path / "module" / "nvidia" / "version").write_text("580.159.04\n", encoding="utf-8")
-    facts = load_collector().collect(FakeNvml(), sysfs_root=str(tmp_path))
+    facts = nvml.collect(FakeNvml(), sysfs_root=str(tmp_path))
     diff = differences(real, facts, EXCLUDED + NOT_RECORDED_IN_FIXTURE + NOT_IN_CAPTURE)
     assert not diff, "fake (fixture) vs real H200:\n" + "\n".join(diff)
 
@@ -147,8 +146,8 @@ def test_mock_h200x2_matches_real_host(real: dict[str, Any], tmp_path: Path) -> 
     lib = build_library(tmp_path / "lib")
     env = mock_environment(lib.parent, "h200x2", tmp_path / "conf")
     env["PYTHONPATH"] = str(ROOT)
-    script = ("import json, pynvml; from gpuprov.facts import load_collector; "
-              "print(json.dumps(load_collector().collect(pynvml, sysfs_root=%r)))")
+    script = ("import json, pynvml; from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml; "
+              "print(json.dumps(nvml.collect(pynvml, sysfs_root=%r)))")
     sysfs = tmp_path / "sys"
     (sysfs / "module" / "nvidia").mkdir(parents=True)
     (sysfs / "module" / "nvidia" / "version").write_text("580.159.04\n", encoding="utf-8")

@@ -113,7 +113,7 @@ def _run(container: Any, tmp: Path, *, check: bool = False) -> RunResult:
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host_vars}}}}}),
                          encoding="utf-8")
     return run_playbook(RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / "mig.yml",
-                                   roles_path=ROOT / "roles", run_dir=run_dir, check=check))
+                                   run_dir=run_dir, check=check))
 
 
 def _gpus(container: Any) -> list[list[Any]]:

@@ -1,11 +1,10 @@
-"""The mig role's engine (roles/mig/module_utils/gpuprov_mig.py) against the mock NVML, in this process:
+"""The mig role's engine (the collection's plugins/module_utils/mig.py) against the mock NVML, in this process:
 assert-then-apply, idempotence, refusal on GPUs without MIG (v100x4), a held GPU, and the B18 reboot
 (instances gone, MIG mode kept) followed by a re-apply. No containers: fast, and the same engine the
 mig_layout module and gpuprov-mig.service run."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ from typing import Any
 
 import pynvml
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import mig as mig_engine
+from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 
 from gpuprov.mocknvml import bind_pynvml, build_library, compile_profile
 
@@ -24,16 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALL_1G = [{"devices": "all", "mig_enabled": True, "mig_devices": {"1g.10gb": 7}}]
 
 
-def _engine() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuprov_mig_engine", ROOT / "roles/mig/module_utils/gpuprov_mig.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mig = _engine()
+mig: ModuleType = mig_engine
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +209,7 @@ def test_boot_script_runs_standalone_and_recreates_after_a_reboot(
     config.write_text('{"layout": "x", "entries": [{"devices": [0, 3], "mig_devices": {"7g.80gb": 1}}]}',
                       encoding="utf-8")
     env = dict(os.environ, LD_LIBRARY_PATH=str(library.parent))
-    script = [sys.executable, str(ROOT / "roles/mig/module_utils/gpuprov_mig.py"), "--config", str(config)]
+    script = [sys.executable, str(ROOT / "plugins/module_utils/mig.py"), "--config", str(config)]
 
     def boot_run(*extra: str, boot: str = "boot-1") -> subprocess.CompletedProcess[str]:
         return subprocess.run([*script, *extra], env=dict(env, GPUPROV_MOCK_NVML_BOOT_ID=boot), capture_output=True,
@@ -265,9 +257,7 @@ def test_real_nvidia_smi_lists_the_applied_layout(
     rows = sorted(" ".join(line.strip("| ").split()[:3]) for line in listing.stdout.splitlines() if " MIG " in line)
     assert rows == ["1 MIG 1g.10gb", "1 MIG 1g.10gb", "1 MIG 2g.20gb", "1 MIG 3g.40gb"]
     # what verify's mig step, doctor and check's drift report read from the same listing
-    from gpuprov.role_code import module_utils
-
-    parsed = module_utils("gpuprov_miglayout").parse_mig_instances(listing.stdout)
+    parsed = miglayout.parse_mig_instances(listing.stdout)
     assert parsed == {1: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}
     fields = "--query-gpu=mig.mode.current,mig.mode.pending"
     query = subprocess.run([str(smi), "-i", "1", fields, "--format=csv,noheader"], env=env, capture_output=True,

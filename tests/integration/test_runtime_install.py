@@ -64,7 +64,8 @@ def test_the_runtime_install_has_no_test_extras(runtime_env: Path) -> None:
 
 
 def test_every_plugin_the_roles_name_resolves(report: dict[str, Any], runtime_env: Path) -> None:
-    assert Path(report["ansible_dir"]).is_relative_to(runtime_env.parents[1]), report["ansible_dir"]  # the wheel's copy
+    # the wheel's copy of the collection
+    assert Path(report["collection_dir"]).is_relative_to(runtime_env.parents[1]), report["collection_dir"]
     assert report["unresolved"] == []
     # every kind was really looked at: a checker that finds nothing to check cannot fail
     assert all(count > 0 for count in report["checked"].values()), report["checked"]

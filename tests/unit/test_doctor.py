@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as rules
 
 from gpuprov import doctor
 from tests.bios_check_fixtures import (
@@ -233,7 +234,6 @@ def _gpu(index: int = 0, **live: Any) -> dict[str, Any]:
 
 
 def test_utilisation_swinging_thresholds() -> None:
-    rules = doctor.rules()
     assert rules.swinging([100, 0, 0, 100, 0, 95, 0, 0, 100, 5])
     assert not rules.swinging([95, 97, 99, 96, 98])  # busy and steady
     assert not rules.swinging([0, 0, 0, 0, 0])  # idle
@@ -241,29 +241,29 @@ def test_utilisation_swinging_thresholds() -> None:
     assert not rules.swinging([60, 80, 55, 90, 70, 65])  # varies, but never idle
     facts = {"nvml": {"available": True, "count": 1, "gpus": [_gpu()]},
              "samples": {"window_s": 10, "gpus": {"0": [100, 0, 0, 100, 0, 95, 0, 0, 100, 5]}}}
-    d = only(doctor.rules().diagnose(facts), "utilization_swinging")
+    d = only(rules.diagnose(facts), "utilization_swinging")
     assert "num_workers" in d["fix"] and d["severity"] == "warn"
 
 
 def test_throttle_and_temperature() -> None:
     facts = {"nvml": {"available": True, "count": 1, "gpus": [_gpu(temperature_c=91)]},
              "throttle": {"0": 0x1 | 0x40}}
-    found = doctor.rules().diagnose(facts)
+    found = rules.diagnose(facts)
     assert ids(found) == ["gpu_hot", "gpu_throttled"]
     assert "HW thermal slowdown" in found[1]["evidence"]
-    assert doctor.rules().diagnose({"throttle": {"0": 0x1 | 0x4}}) == []  # idle / power cap: normal
+    assert rules.diagnose({"throttle": {"0": 0x1 | 0x4}}) == []  # idle / power cap: normal
 
 
 def test_stale_device_holders() -> None:
     holders = [{"pid": 10, "command": "nvidia-persistenced", "devices": ["/dev/nvidiactl"]},
                {"pid": 42, "command": "python", "devices": ["/dev/nvidia0", "/dev/nvidiactl"]},
                {"pid": 43, "command": "python", "devices": ["/dev/nvidia1"]}]
-    found = doctor.rules().diagnose({"holders": holders, "nvml_pids": [43]})
+    found = rules.diagnose({"holders": holders, "nvml_pids": [43]})
     assert [(d["id"], d["subject"]) for d in found] == [("stale_device_holder", "pid 42")]
     assert "kill 42" in found[0]["fix"]
-    unknown = doctor.rules().diagnose({"holders": holders, "nvml_pids": None})
+    unknown = rules.diagnose({"holders": holders, "nvml_pids": None})
     assert [d["severity"] for d in unknown] == ["info", "info"]
-    assert doctor.rules().problems(unknown) == []
+    assert rules.problems(unknown) == []
 
 
 def test_parse_fuser() -> None:
@@ -290,5 +290,5 @@ def test_device_holders_scan(tmp_path: Path) -> None:
 def test_rules_are_python38_syntax() -> None:
     import ast
 
-    source = (ROOT / "roles" / "gpuprov_common" / "module_utils" / "gpuprov_doctor.py").read_text()
+    source = (ROOT / "plugins" / "module_utils" / "doctor.py").read_text()
     ast.parse(source, feature_version=(3, 8))

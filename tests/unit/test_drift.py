@@ -12,12 +12,12 @@ import json
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 from nvml_fake import FakeNvml
 from test_verify import MIG_LGI
 
 from gpuprov import drift
 from gpuprov.facts import collect_with
-from gpuprov.role_code import module_utils
 
 DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavour": "open", "nvswitch": True,
            "cuda_version": "12.8", "cudnn_version": "9.10.2", "nccl_version": "2.26.2",
@@ -130,7 +130,7 @@ def test_runtime_config_docker_and_containerd(nvml: dict[str, Any]) -> None:
 
 
 def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
-    assert module_utils("gpuprov_miglayout").parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
+    assert miglayout.parse_mig_instances(MIG_LGI) == {0: {"3g.71gb": 1, "1g.18gb": 2}}
     layouts = {"mixed": [{"devices": [0], "mig_enabled": True, "mig_devices": {"3g.71gb": 1, "1g.18gb": 2}},
                          {"devices": [1], "mig_enabled": False, "mig_devices": {}}]}
     facts = copy.deepcopy(nvml)

@@ -1,4 +1,4 @@
-"""The NVML collector (roles/gpuprov_common/module_utils/gpuprov_nvml.py) through gpuprov.facts.
+"""The NVML collector (the collection's plugins/module_utils/nvml.py) through gpuprov.facts.
 
 The collector runs against :class:`nvml_fake.FakeNvml`, which answers from the real h200x2 capture and raises
 pynvml's own error classes; where the C mock NVML can be built, it also runs in a subprocess against the real
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml
 from nvml_fake import FakeNvml, load_fixture
 from rich.console import Console
 
@@ -151,16 +152,12 @@ def test_kernel_module_version_from_sysfs(tmp_path: Path) -> None:
 
 
 def load_collector_facts(fake: FakeNvml, **roots: Path) -> dict[str, Any]:
-    from gpuprov.facts import load_collector
-
-    result: dict[str, Any] = load_collector().collect(fake, **{k: str(v) for k, v in roots.items()})
+    result: dict[str, Any] = nvml.collect(fake, **{k: str(v) for k, v in roots.items()})
     return result
 
 
 def test_helpers() -> None:
-    from gpuprov.facts import load_collector
-
-    mod = load_collector()
+    mod = nvml
     assert mod.sysfs_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert mod.cuda_version_text(12040) == "12.4"
     assert mod.cpu_ids([0b101, 1]) == [0, 2, 64]
@@ -173,7 +170,7 @@ def test_helpers() -> None:
 def test_collector_is_python38_syntax() -> None:
     source = collector_path().read_text(encoding="utf-8")
     ast.parse(source, feature_version=(3, 8))
-    module = ROOT / "roles" / "gpuprov_common" / "library" / "nvml_facts.py"
+    module = ROOT / "plugins" / "modules" / "nvml_facts.py"
     ast.parse(module.read_text(encoding="utf-8"), feature_version=(3, 8))
 
 

@@ -84,13 +84,13 @@ def test_ansible_cfg_mirrors_the_run_environment(tmp_path: Path) -> None:
     import configparser
 
     from gpuprov.ansible_settings import BASE_ENV
-    from gpuprov.resources import roles_dir
+    from gpuprov.resources import collections_path
 
     good = sorted((Path(__file__).resolve().parents[1] / "data" / "good").glob("*.yml"))[0]
     out = render_inventory(load_fleet(good), tmp_path / "inv")
     cfg = configparser.ConfigParser()
     cfg.read(out / "ansible.cfg")
-    assert cfg["defaults"]["roles_path"] == str(roles_dir())
+    assert cfg["defaults"]["collections_path"] == str(collections_path())
     assert cfg["defaults"]["inject_facts_as_vars"] == "False" == BASE_ENV["ANSIBLE_INJECT_FACT_VARS"]
     assert cfg["defaults"]["host_key_checking"] == "True" == BASE_ENV["ANSIBLE_HOST_KEY_CHECKING"]
     assert cfg["ssh_connection"]["ssh_args"] == BASE_ENV["ANSIBLE_SSH_ARGS"]

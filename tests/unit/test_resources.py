@@ -1,4 +1,4 @@
-"""Roles and playbooks ship inside the wheel, and gpuprov finds them there or in a checkout."""
+"""The gpuprov.gpu collection ships inside the wheel, and gpuprov finds it there or in a checkout."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_checkout_paths() -> None:
+    assert resources.collection_dir() == ROOT
+    assert resources.collections_path() == ROOT / ".collections"
     assert resources.playbooks_dir() == ROOT / "playbooks"
     assert (resources.roles_dir() / "nouveau" / "tasks" / "main.yml").is_file()
+    assert resources.templates_dir() == ROOT / "templates"
 
 
 def test_state_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -27,7 +30,7 @@ def test_state_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert resources.state_dir() == tmp_path / "x" / "gpuprov"
 
 
-def test_wheel_carries_roles_and_playbooks(tmp_path: Path) -> None:
+def test_wheel_carries_the_collection(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
          str(ROOT)],
@@ -36,11 +39,12 @@ def test_wheel_carries_roles_and_playbooks(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     wheel = next(tmp_path.glob("gpuprov-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "gpuprov/_ansible/playbooks/site.yml" in names
-    assert "gpuprov/_ansible/roles/nouveau/tasks/main.yml" in names
+    collection = "ansible_collections/gpuprov/gpu"
+    assert f"{collection}/galaxy.yml" in names and f"{collection}/meta/runtime.yml" in names
     assert "gpuprov/data/matrix.yml" in names
-    assert "gpuprov/_ansible/templates/ansible.cfg.j2" in names
-    tracked = subprocess.run(["git", "ls-files", "roles", "playbooks"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
-    missing = [p for p in tracked if f"gpuprov/_ansible/{p}" not in names]
+    assert "gpuprov/_templates/ansible.cfg.j2" in names
+    tracked = subprocess.run(["git", "ls-files", "roles", "playbooks", "plugins", "meta"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    missing = [p for p in tracked if f"{collection}/{p}" not in names]
     assert missing == []
+    assert not [n for n in names if n.startswith(("gpuprov/_ansible/", f"{collection}/.collections"))]

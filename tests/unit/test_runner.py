@@ -38,7 +38,7 @@ def _request(tmp_path: Path, hosts: dict[str, dict[str, str]], *, check: bool = 
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump(PLAY, sort_keys=False), encoding="utf-8")
     run_dir = new_run_dir(tmp_path / "state", "test")
-    return RunRequest(inventory=inventory, playbook=playbook, roles_path=tmp_path, run_dir=run_dir, check=check)
+    return RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir, check=check)
 
 
 def _host(tmp_path: Path, name: str) -> dict[str, str]:
@@ -161,7 +161,7 @@ from gpuprov.exceptions import Interrupted
 from gpuprov.runner import RunRequest, run_playbook
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 tmp = Path(sys.argv[1])
-request = RunRequest(inventory=tmp / "inventory.yml", playbook=tmp / "play.yml", roles_path=tmp,
+request = RunRequest(inventory=tmp / "inventory.yml", playbook=tmp / "play.yml",
                      run_dir=Path(sys.argv[2]))
 try:
     run_playbook(request)

@@ -1,4 +1,4 @@
-"""The verify role's ladder (roles/verify/library/verify_ladder.py), its all-reduce script, the shared play
+"""The verify role's ladder (plugins/modules/verify_ladder.py), its all-reduce script, the shared play
 collector (gpuprov.hostplay) and the fleet accounting of gpuprov.verify.
 
 NVML facts come from the recorded h200x2 capture through the real collector (tests/nvml_fake.py); commands
@@ -9,7 +9,6 @@ captured on a 2x H200 SXM host (2026-11-30).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,13 +18,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.modules import verify_ladder
 from nvml_fake import FakeNvml
 
 from gpuprov import verify
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK
 from gpuprov.facts import collect_with
 from gpuprov.hostplay import LOCAL_HOST, TaskResults, local_extravars, local_inventory, write_play
-from gpuprov.role_code import module_utils
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "verify"
 
@@ -35,18 +34,7 @@ P2P_OK = (" \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n\nLege
 P2P_NS = P2P_OK.replace("GPU0\tX\tOK", "GPU0\tX\tNS").replace("GPU1\tOK\tX", "GPU1\tNS\tX")
 
 
-def _load() -> ModuleType:
-    module_utils("gpuprov_findings")
-    module_utils("gpuprov_health")  # registered as ansible.module_utils.gpuprov_health, as on a host
-    module_utils("gpuprov_miglayout")
-    spec = importlib.util.spec_from_file_location("gpuprov_verify_ladder", ROLE / "library" / "verify_ladder.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ladder = _load()
+ladder: ModuleType = verify_ladder
 
 
 @pytest.fixture(scope="module")

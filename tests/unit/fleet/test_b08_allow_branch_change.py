@@ -9,13 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import findings
 
 from gpuprov.exceptions import FleetValidationError
 from gpuprov.fleet import load_fleet
 from gpuprov.fleet.loader import load_text
 from gpuprov.fleet.types import finding_ids
 from gpuprov.fleet.validate import local_file_problem, validate_loaded
-from gpuprov.role_code import module_utils
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 HOSTS = "settings: {os: ubuntu2204, gpus: {model: T4, count: 1}}\nhosts:\n  gpu01: {address: 10.0.0.11%s}\n"
@@ -62,7 +62,7 @@ def test_version_must_be_the_number_one(value: str, problem: str) -> None:
 
 
 def test_bios_check_severity_keys_are_finding_ids() -> None:
-    assert finding_ids() == tuple(module_utils("gpuprov_findings").FINDING_IDS) and "acs_redirect" in finding_ids()
+    assert finding_ids() == tuple(findings.FINDING_IDS) and "acs_redirect" in finding_ids()
     ok = "version: 1\n" + HOSTS % ", settings: {bios_check: {severity: {acs_redirect: fail, ram_low: info}}}"
     assert _problems(ok) == {}
     bad = "version: 1\n" + HOSTS % ", settings: {bios_check: {severity: {acs_redirct: fail, bogus: warn}}}"

@@ -1,4 +1,4 @@
-"""container_runtime_config (roles/container_toolkit/library): before/after files for daemon.json,
+"""container_runtime_config (the collection's plugins/modules): before/after files for daemon.json,
 containerd config.toml (schema 2 and 3) and the toolkit's config.toml; idempotence (changed=false on a
 second run, file untouched); refusals; check mode, diff and atomic writes through the Ansible module
 entry point. The case B14 drift (an installer re-rendering config.toml without the nvidia table) is
@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 import tomlkit
-
-from tests.unit.roles.conftest import _load
+from ansible_collections.gpuprov.gpu.plugins.modules import container_runtime_config
 
 ROOT = Path(__file__).resolve().parents[3]
-LIBRARY = ROOT / "roles" / "container_toolkit" / "library" / "container_runtime_config.py"
 RUNTIME = "/usr/bin/nvidia-container-runtime"
 CRI = "io.containerd.grpc.v1.cri"
 
@@ -94,7 +92,7 @@ version = 2
 
 @pytest.fixture(scope="module")
 def merge() -> ModuleType:
-    return _load("gpuprov_container_runtime_config", LIBRARY)
+    return container_runtime_config
 
 
 def params(**overrides: Any) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from types import ModuleType
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuprov.gpu.plugins.module_utils import aptstate, deb
+from ansible_collections.gpuprov.gpu.plugins.modules import apt_lists_refresh, deb_apt_state
 
-from tests.unit.roles.conftest import COMMON, _load
-
-UTILS = _load("ansible.module_utils.gpuprov_deb", COMMON / "module_utils" / "gpuprov_deb.py")
-APTSTATE = _load("ansible.module_utils.gpuprov_aptstate", COMMON / "module_utils" / "gpuprov_aptstate.py")
+UTILS = deb
+APTSTATE = aptstate
 
 # /var/lib/apt/extended_states as apt writes it (apt-mark auto/manual): dkms pulled in by nvidia-dkms-535,
 # gcc-12 by gcc, an i386 library, a package marked manual again (Auto-Installed: 0), and a torn last stanza.
@@ -68,7 +68,7 @@ def test_lists_age() -> None:
 
 @pytest.fixture(scope="module")
 def module() -> ModuleType:
-    return _load("gpuprov_deb_apt_state", COMMON / "library" / "deb_apt_state.py")
+    return deb_apt_state
 
 
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg-query")
@@ -95,7 +95,7 @@ def test_module_reads_this_machine(module: ModuleType, capsys: pytest.CaptureFix
 
 @pytest.fixture(scope="module")
 def refresh() -> ModuleType:
-    return _load("gpuprov_apt_lists_refresh", COMMON / "library" / "apt_lists_refresh.py")
+    return apt_lists_refresh
 
 
 @pytest.mark.parametrize(

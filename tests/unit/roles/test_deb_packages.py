@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuprov.gpu.plugins.module_utils import deb
+from ansible_collections.gpuprov.gpu.plugins.modules import deb_packages
 
-from tests.unit.roles.conftest import COMMON, _load
-
-UTILS = _load("ansible.module_utils.gpuprov_deb", COMMON / "module_utils" / "gpuprov_deb.py")
+UTILS = deb
 
 # What `dpkg-query -W -f '${Package}\t${Architecture}\t${Version}\t${Status}\n'` printed on a focal host with
 # an HWE kernel held, a removed kernel's config left behind, i386 multiarch, a known-only package and a
@@ -39,7 +39,7 @@ FOCAL = (
 
 @pytest.fixture(scope="module")
 def module() -> ModuleType:
-    return _load("gpuprov_deb_packages", COMMON / "library" / "deb_packages.py")
+    return deb_packages
 
 
 def test_parse_states_selections_and_versions() -> None:

@@ -1,4 +1,4 @@
-"""bios_check rules (module_utils/gpuprov_findings.py) on the mock NVML profiles' facts, fake platform trees and
+"""bios_check rules (module_utils/findings.py) on the mock NVML profiles' facts, fake platform trees and
 the real 2x H200 capture (tests/data/real-h200/facts.json)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.modules import platform_info
 
 from tests.bios_check_fixtures import (
     A100X8_BUS,
@@ -64,9 +65,8 @@ def profile_facts(mock_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> A
 
 
 def platform(rules_mod: ModuleType, tmp_path: Path, tree: Tree) -> dict[str, Any]:
-    from tests.unit.roles.conftest import COMMON, _load
 
-    info = _load("gpuprov_platform_info", COMMON / "library" / "platform_info.py")
+    info = platform_info
     build_tree(tmp_path, tree)
     result: dict[str, Any] = info.collect(
         str(tmp_path / "sys"), str(tmp_path / "proc"), str(tmp_path / "kernel.log"), None, False

@@ -1,30 +1,20 @@
-"""roles/image_workers/library/image_workers_plan.py: which gpuprov-worker@ instances a host gets, pinned by
+"""image_workers_plan (the collection's plugins/modules): which gpuprov-worker@ instances a host gets, pinned by
 UUID in NVML (PCI bus) order, with each GPU's CPUs from a fake sysfs ``local_cpulist``."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.modules import image_workers_plan
 
 from gpuprov.mocknvml import load_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _load() -> ModuleType:
-    path = ROOT / "roles" / "image_workers" / "library" / "image_workers_plan.py"
-    spec = importlib.util.spec_from_file_location("gpuprov_image_workers_plan", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plan_mod = _load()
+plan_mod = image_workers_plan
 
 
 def _facts(profile: str) -> dict[str, Any]:

@@ -6,13 +6,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from tests.unit.roles.conftest import COMMON, _load
+from ansible_collections.gpuprov.gpu.plugins.modules import kernel_dkms_info
 
 
 @pytest.fixture(scope="module")
 def info() -> ModuleType:
-    return _load("gpuprov_kernel_dkms_info", COMMON / "library" / "kernel_dkms_info.py")
+    return kernel_dkms_info
 
 
 @pytest.mark.parametrize(

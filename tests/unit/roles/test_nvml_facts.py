@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from gpuprov.facts import FACTS_PLAY, FactsEvents
-from gpuprov.resources import roles_dir
 from gpuprov.runner import RunRequest, run_playbook
 
 
@@ -42,7 +41,7 @@ def run_module(tmp_path: Path, *, check: bool = False) -> tuple[dict[str, Any] |
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     events = FactsEvents()
-    result = run_playbook(RunRequest(inventory=inventory, playbook=playbook, roles_path=roles_dir(), run_dir=run_dir,
+    result = run_playbook(RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir,
                                      check=check), on_event=events)
     return events.facts.get("localhost"), result
 
