@@ -13,7 +13,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 COLLECTION = "ansible_collections/gpuprov/gpu"
-COLLECTION_PARTS = ("galaxy.yml", "meta", "plugins", "roles", "playbooks", "README.md")
+COLLECTION_PARTS = ("galaxy.yml", "meta", "plugins", "roles", "playbooks", "README.md", "LICENSE", "CHANGELOG.md")
 
 
 class CollectionBuildHook(BuildHookInterface):  # type: ignore[misc]
