@@ -12,7 +12,6 @@ driver set installed, pinned and held, the module built), the second changes not
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
+from tests.collection_build import build_and_install
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -38,27 +38,14 @@ PLAYBOOK = [{
 }]
 
 
-def _galaxy(*args: str, cwd: Path) -> str:
-    galaxy = Path(sys.executable).with_name("ansible-galaxy")
-    # without the sys.path scan, the checkout's own link to the collection does not count as installed
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False")
-    proc = subprocess.run([str(galaxy), *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc.stdout
-
-
 @pytest.fixture(scope="module")
 def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A collections path holding only gpuprov.gpu, installed from the tarball built from this checkout."""
-    work = tmp_path_factory.mktemp("galaxy")
-    _galaxy("collection", "build", "--output-path", str(work), str(ROOT), cwd=work)
-    (tarball,) = work.glob("gpuprov-gpu-*.tar.gz")
-    _galaxy("collection", "install", "--offline", "--no-deps", "-p", str(work / "collections"), str(tarball), cwd=work)
-    installed = work / "collections" / "ansible_collections" / "gpuprov" / "gpu"
+    path = build_and_install(tmp_path_factory.mktemp("galaxy"))
+    installed = path / "ansible_collections" / "gpuprov" / "gpu"
     assert (installed / "roles" / "nvidia_driver" / "tasks" / "main.yml").is_file()
     assert (installed / "plugins" / "modules" / "kernel_dkms_info.py").is_file()
-    return work / "collections"
+    return path
 
 
 @pytest.fixture(scope="module")

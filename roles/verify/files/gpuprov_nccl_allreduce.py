@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: gpuprov contributors
 # Apache-2.0
 """All-reduce bus bandwidth across this host's GPUs through torch.distributed (NCCL), one process per GPU.
