@@ -8,6 +8,7 @@ from typing import Any
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.pynvml_transfer import controller_pynvml
 
 DOCUMENTATION = r"""
 name: mig_pynvml
@@ -21,11 +22,4 @@ class LookupModule(LookupBase):
 
     def run(self, terms: list[Any], variables: Any = None, **kwargs: Any) -> list[str]:
         """Raise AnsibleLookupError when pynvml is missing or not a single file."""
-        try:
-            import pynvml
-        except ImportError as exc:
-            raise AnsibleLookupError(f"pynvml (nvidia-ml-py) is not installed on the controller: {exc}") from exc
-        path = pynvml.__file__
-        if not path or not path.endswith(".py"):
-            raise AnsibleLookupError(f"expected pynvml as a single .py file, found {path!r}")
-        return [path]
+        return [controller_pynvml("the mig_pynvml lookup", AnsibleLookupError)]
