@@ -54,6 +54,13 @@ def templates_dir() -> Path:
     return shipped if shipped.is_dir() else _PACKAGE_DIR.parent / "templates"
 
 
+def cache_dir() -> Path:
+    """Return gpuprov's cache directory: ``$XDG_CACHE_HOME/gpuprov``, else ``~/.cache/gpuprov``. What is
+    kept there can be downloaded or built again. It is not created here."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "gpuprov"
+
+
 def state_dir() -> Path:
     """Return gpuprov's state directory: ``$GPUPROV_STATE_DIR``, else ``$XDG_STATE_HOME/gpuprov``,
     else ``~/.local/state/gpuprov``. It is not created here."""

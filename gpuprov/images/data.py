@@ -2,7 +2,7 @@
 
 :func:`fetch_package` downloads one ``.deb`` with ``apt-get download`` (the machine's own apt sources,
 so the repository never names a mirror host) into a cache outside the repository
-(``$GPUPROV_IMAGES_CACHE`` or ``~/.cache/gpuprov/images``) and unpacks it with ``dpkg-deb -x``. When
+(``$GPUPROV_IMAGES_CACHE`` or ``$XDG_CACHE_HOME/gpuprov/images``) and unpacks it with ``dpkg-deb -x``. When
 ``apt-get download`` is unavailable or fails, the file is fetched from the Debian mirror that
 :func:`gpuprov.lab.mirrors.read_mirrors` finds in the apt sources, at the package's ``Filename``.
 
@@ -30,6 +30,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuprov import resources
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.images.formats import exif_orientation, jpeg_kind, png_bit_depth
 
@@ -44,9 +45,10 @@ _UNCOMPRESSED = ("1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.
 
 
 def cache_dir() -> Path:
-    """Where packages are downloaded and unpacked: ``$GPUPROV_IMAGES_CACHE`` or ``~/.cache/gpuprov/images``."""
+    """Where packages are downloaded and unpacked: ``$GPUPROV_IMAGES_CACHE``, else ``images`` in gpuprov's
+    cache directory (:func:`gpuprov.resources.cache_dir`)."""
     env = os.environ.get("GPUPROV_IMAGES_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "gpuprov" / "images"
+    return Path(env) if env else resources.cache_dir() / "images"
 
 
 def fetch_package(name: str, cache: Path | None = None) -> Path:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuprov import resources
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
 from gpuprov.lab import dockerenv
 from gpuprov.lab.mirrors import Mirrors, read_mirrors
@@ -140,8 +141,7 @@ def recipe_hash(spec: ImageSpec, recipe_dir: Path = RECIPE_DIR) -> str:
 
 def cache_dir(suite: str) -> Path:
     """Where debootstrap keeps downloaded ``.deb`` files for ``suite`` (created on use)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gpuprov" / "lab" / "debootstrap" / suite
+    return resources.cache_dir() / "lab" / "debootstrap" / suite
 
 
 def check_build_environment() -> None:

@@ -9,11 +9,11 @@ sources are untouched) and unpacked with ``dpkg-deb -x``. The result is cached o
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
+from gpuprov import resources
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.lab.mirrors import read_mirrors
 
@@ -29,8 +29,7 @@ _BINARY = Path("usr/lib/nvidia/current/nvidia-smi")
 
 def cache_dir() -> Path:
     """Return ``$XDG_CACHE_HOME/gpuprov/nvidia-smi`` (``~/.cache/...`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpuprov" / "nvidia-smi"
+    return resources.cache_dir() / "nvidia-smi"
 
 
 def _apt_options(root: Path) -> list[str]:

@@ -30,6 +30,19 @@ def test_state_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert resources.state_dir() == tmp_path / "x" / "gpuprov"
 
 
+def test_cache_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpuprov.lab.images import cache_dir as debootstrap_cache
+    from gpuprov.mocknvml.smi import cache_dir as smi_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "c"))
+    assert resources.cache_dir() == tmp_path / "c" / "gpuprov"
+    assert debootstrap_cache("bookworm").is_relative_to(tmp_path / "c" / "gpuprov")
+    assert smi_cache().is_relative_to(tmp_path / "c" / "gpuprov")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resources.cache_dir() == tmp_path / "home" / ".cache" / "gpuprov"
+
+
 def test_wheel_carries_the_collection(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
