@@ -28,9 +28,9 @@ def client() -> Any:
     try:
         import docker
         import docker.errors
-    except ImportError as exc:  # pragma: no cover - docker is a test dependency of gpuprov
+    except ImportError as exc:  # the runtime install has no Docker SDK; the lab extra brings it
         raise EnvironmentMissing(
-            "the `docker` Python package is missing: `pip install 'docker>=7'` (or gpuprov[test])"
+            "the `docker` Python package is missing: `gpuprov lab` needs `pip install 'gpuprov[lab]'`"
         ) from exc
     try:
         c = docker.from_env(timeout=API_TIMEOUT_S)

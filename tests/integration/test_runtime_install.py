@@ -60,7 +60,16 @@ def test_the_runtime_install_has_no_test_extras(runtime_env: Path) -> None:
                             text=True, check=True).stdout
     names = {p["name"].lower() for p in json.loads(listed)}
     assert {"gpuprov", "ansible-core", "ansible-runner"} <= names
-    assert not names & {"ansible", "molecule", "ansible-lint", "pytest", "torch"}, names
+    assert not names & {"ansible", "molecule", "ansible-lint", "pytest", "torch", "docker"}, names
+
+
+def test_the_lab_names_its_extra_in_the_runtime_install(runtime_env: Path, tmp_path: Path) -> None:
+    """The runtime install has no Docker SDK: `gpuprov lab` says which extra brings it (exit 4, no traceback)."""
+    gpuprov = runtime_env.with_name("gpuprov")
+    proc = subprocess.run([str(gpuprov), "lab", "images"], cwd=tmp_path, capture_output=True, text=True, check=False,
+                          timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "pip install 'gpuprov[lab]'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_every_plugin_the_roles_name_resolves(report: dict[str, Any], runtime_env: Path) -> None:
