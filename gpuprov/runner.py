@@ -1,4 +1,4 @@
-"""Run gpuprov's playbooks through ansible-runner's Python API and account for the result.
+"""Run gpuprov's playbooks through ansible-runner's Python API: the request, the run and its result.
 
 One run = one private data directory under ``<state_dir>/runs/<UTC time>-<playbook>-<id>/``, kept as the
 run's record: ``inventory/`` (the rendered fleet), ``artifacts/<id>/`` (ansible-runner's job events,
@@ -9,9 +9,8 @@ file gpuprov writes is ``env/settings`` (ansible-runner's polling interval, no s
 SIGINT/SIGTERM during a run are forwarded to ansible-playbook as SIGINT, then whatever it started is ended
 (see :class:`_SignalStop`), and :class:`~gpuprov.exceptions.Interrupted` (exit 130 / 143) is raised.
 
-Accounting comes from ansible-runner's events and final stats, never from ansible-playbook's stdout:
-``runner_on_*`` events give per-host, per-role task results and durations; ``runner.stats`` gives the
-ok/changed/failures/dark/skipped counts that decide drift and failure.
+Per-host accounting comes from ansible-runner's events and final stats, never from ansible-playbook's stdout
+(:mod:`gpuprov.accounting`).
 """
 
 from __future__ import annotations
@@ -26,27 +25,18 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ansible_runner
 
+from gpuprov.accounting import EventCallback, EventCollector, HostResult
 from gpuprov.ansible_settings import BASE_ENV
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError, Interrupted
-from gpuprov.needs import failure_message, host_needs, item_label, truthy
 from gpuprov.resources import collections_path
 
 log = logging.getLogger(__name__)
-
-#: ansible-runner event names that end a task on one host, and the state each one means.
-RESULT_EVENTS: dict[str, str] = {
-    "runner_on_ok": "ok",
-    "runner_on_failed": "failed",
-    "runner_on_unreachable": "unreachable",
-    "runner_on_skipped": "skipped",
-}
 
 def run_env() -> dict[str, str]:
     """Return :data:`BASE_ENV`, the collections path that holds ``gpuprov.gpu``, and a ``PATH`` that finds
@@ -91,63 +81,13 @@ class RunRequest:
 
 
 @dataclass
-class RoleTiming:
-    """Per role on one host: task results and wall time in seconds (sum of task durations)."""
-
-    tasks: int = 0
-    changed: int = 0
-    failed: int = 0
-    duration_s: float = 0.0
-
-
-@dataclass
-class HostResult:
-    """One host's outcome: counts from ansible-runner's stats, duration and failures from its events.
-
-    ``duration_s`` runs from the host's first task start to its last task end (seconds);
-    ``failures`` holds ``{"role", "task", "msg", "action", "item"}`` for each failed or unreachable task (``msg``
-    from :func:`gpuprov.needs.failure_message`: a loop's failed items, an HTTP status, a command's stderr;
-    ``item`` the failed loop items' labels); ``findings`` the latest ``ansible_facts['gpuprov_findings']`` a role
-    published (``{role, id, severity, subject, evidence, fix}`` each, e.g. from bios_check);
-    ``reboot_required`` role -> the last value of its ``<role>_reboot_required`` fact and ``reported_needs`` the
-    latest ``ansible_facts['gpuprov_needs']``: :attr:`needs` combines them (:func:`gpuprov.needs.host_needs`).
-    """
-
-    name: str
-    ok: int = 0
-    changed: int = 0
-    failed: int = 0
-    unreachable: int = 0
-    skipped: int = 0
-    rescued: int = 0
-    ignored: int = 0
-    duration_s: float = 0.0
-    roles: dict[str, RoleTiming] = field(default_factory=dict)
-    failures: list[dict[str, str]] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    reboot_required: dict[str, bool] = field(default_factory=dict)
-    reported_needs: list[dict[str, Any]] = field(default_factory=list)
-    first_start: dt.datetime | None = None
-    last_end: dt.datetime | None = None
-
-    @property
-    def needs(self) -> list[dict[str, Any]]:
-        """What the admin must act on for this host (``{kind, role, subject, detail}`` each)."""
-        return host_needs(self.reboot_required, self.reported_needs, self.failures, self.findings)
-
-    @property
-    def status(self) -> str:
-        """``unreachable``, ``failed``, ``changed`` or ``ok``, worst first."""
-        if self.unreachable:
-            return "unreachable"
-        if self.failed:
-            return "failed"
-        return "changed" if self.changed else "ok"
-
-
-@dataclass
 class RunResult:
-    """A finished run: ansible-runner's status and rc, and every host's :class:`HostResult`."""
+    """A finished run: ansible-runner's status and rc, and every host's :class:`HostResult`.
+
+    ``run_dir`` is the run record (:func:`new_run_dir`), ``artifact_dir`` ansible-runner's
+    ``artifacts/<id>/`` in it; ``started`` and ``finished`` are UTC (timezone-aware); ``hosts`` maps
+    inventory host name to its result.
+    """
 
     status: str
     rc: int
@@ -170,78 +110,6 @@ class RunResult:
 
 class PlaybookError(GpuprovError):
     """ansible-playbook ended before any host ran a task (syntax error, bad inventory). Exit 2."""
-
-
-EventCallback = Callable[[dict[str, Any]], None]
-
-
-def _parse_time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
-
-
-class EventCollector:
-    """ansible-runner event handler that builds per-host results from ``runner_on_*`` events.
-
-    ``on_event`` (optional) receives every event too, for live progress display.
-    """
-
-    def __init__(self, on_event: EventCallback | None = None) -> None:
-        self.hosts: dict[str, HostResult] = {}
-        self._on_event = on_event
-
-    def host(self, name: str) -> HostResult:
-        """Return (creating) the result for host ``name``."""
-        return self.hosts.setdefault(name, HostResult(name=name))
-
-    def __call__(self, event: dict[str, Any]) -> bool:
-        """Record one event; returns True so ansible-runner keeps it in the artifacts."""
-        kind = event.get("event", "")
-        data = event.get("event_data") or {}
-        state = RESULT_EVENTS.get(kind)
-        if state and data.get("host"):
-            self._record(data, state)
-        if self._on_event is not None:
-            self._on_event(event)
-        return True
-
-    def _record(self, data: dict[str, Any], state: str) -> None:
-        host = self.host(str(data["host"]))
-        role = str(data.get("role") or "(play)")
-        timing = host.roles.setdefault(role, RoleTiming())
-        timing.tasks += 1
-        duration = data.get("duration")
-        if isinstance(duration, (int, float)):
-            timing.duration_s += float(duration)
-        start, end = _parse_time(data.get("start")), _parse_time(data.get("end"))
-        if start and (host.first_start is None or start < host.first_start):
-            host.first_start = start
-        if end and (host.last_end is None or end > host.last_end):
-            host.last_end = end
-        res = data.get("res") or {}
-        if isinstance(res, dict) and res.get("changed"):
-            timing.changed += 1
-        facts = res.get("ansible_facts") if isinstance(res, dict) else None
-        if isinstance(facts, dict):
-            if isinstance(facts.get("gpuprov_findings"), list):
-                host.findings = [f for f in facts["gpuprov_findings"] if isinstance(f, dict)]
-            if isinstance(facts.get("gpuprov_needs"), list):
-                host.reported_needs = [n for n in facts["gpuprov_needs"] if isinstance(n, dict)]
-            for key, value in facts.items():
-                if key.endswith("_reboot_required") and not key.startswith("_"):  # a role's output, not internal
-                    host.reboot_required[key.removesuffix("_reboot_required")] = truthy(value)
-        if state in ("failed", "unreachable") and not data.get("ignore_errors"):
-            timing.failed += 1
-            result = res if isinstance(res, dict) else {}
-            items = [item_label(r) for r in result.get("results") or [] if isinstance(r, dict) and r.get("failed")]
-            host.failures.append({"role": role, "task": str(data.get("task", "")), "msg": failure_message(result),
-                                  "action": str(data.get("task_action", "")), "item": ", ".join(items),
-                                  "state": state})
 
 
 def new_run_dir(state: Path, name: str) -> Path:
@@ -462,11 +330,14 @@ def _scrub_when_running(status: dict[str, Any], runner_config: Any) -> None:
 def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> RunResult:
     """Run ``request.playbook`` through ansible-runner and return the accounted result.
 
-    The run blocks until ansible-playbook ends. Per-host counts come from ``runner.stats`` (hosts that
-    never produced a task event still appear when the stats name them).
+    The run blocks until ansible-playbook ends; ``on_event`` (optional) receives every ansible-runner event
+    as it comes. Per-host counts come from ``runner.stats`` (hosts that never produced a task event still
+    appear when the stats name them).
 
     Raises:
         PlaybookError: ansible-playbook ended with an error before any host ran a task.
+        Interrupted: SIGINT or SIGTERM came during the run (exit code 130 or 143); ansible-playbook and
+            every process it started have been ended.
     """
     collector = EventCollector(on_event)
     stop = _SignalStop()
@@ -527,13 +398,7 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             f"ansible-playbook could not run {request.playbook.name} (rc={runner.rc}, status={runner.status})"
             + ("".join(f"\n  {line}" for line in tail)) + f"\nrun record: {request.run_dir}"
         )
-    for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("dark", "unreachable"),
-                      ("skipped", "skipped"), ("rescued", "rescued"), ("ignored", "ignored")):
-        for name, count in (stats.get(key) or {}).items():
-            setattr(collector.host(name), attr, int(count))
-    for result in collector.hosts.values():
-        if result.first_start and result.last_end:
-            result.duration_s = (result.last_end - result.first_start).total_seconds()
+    collector.add_stats(stats)
     return RunResult(
         status=str(runner.status),
         rc=int(runner.rc),
