@@ -7,7 +7,8 @@ files are suppressed (``suppress_env_files``) so nothing secret is written to th
 file gpuprov writes is ``env/settings`` (ansible-runner's polling interval, no secret).
 
 SIGINT/SIGTERM during a run are forwarded to ansible-playbook as SIGINT, then whatever it started is ended
-(see :class:`_SignalStop`), and :class:`~gpuprov.exceptions.Interrupted` (exit 130 / 143) is raised.
+(:class:`gpuprov.interrupt.SignalStop`), and :class:`~gpuprov.exceptions.Interrupted` (exit 130 / 143) is
+raised.
 
 Per-host accounting comes from ansible-runner's events and final stats, never from ansible-playbook's stdout
 (:mod:`gpuprov.accounting`).
@@ -15,16 +16,12 @@ Per-host accounting comes from ansible-runner's events and final stats, never fr
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import secrets
-import signal
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,8 @@ import ansible_runner
 
 from gpuprov.accounting import EventCallback, EventCollector, HostResult
 from gpuprov.ansible_settings import BASE_ENV
-from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError, Interrupted
+from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError
+from gpuprov.interrupt import SignalStop
 from gpuprov.resources import collections_path
 
 log = logging.getLogger(__name__)
@@ -137,165 +135,6 @@ def parse_extravars(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
-#: Seconds ansible-playbook gets, after gpuprov forwards SIGINT to it, to stop its workers (and through them
-#: the modules and ssh connections they started) before ansible-runner kills its process group.
-CANCEL_GRACE_S = 10.0
-#: Seconds a process left over after the run gets between SIGTERM and SIGKILL.
-STRAY_GRACE_S = 2.0
-
-
-def _process_table() -> dict[int, tuple[int, int]]:
-    """Return ``{pid: (parent pid, start time in clock ticks since boot)}`` of the live processes, from
-    ``/proc/<pid>/stat``.
-
-    Empty where there is no ``/proc`` (not Linux): gpuprov then relies on the forwarded SIGINT alone.
-    """
-    table: dict[int, tuple[int, int]] = {}
-    try:
-        entries = [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
-    except OSError:
-        return table
-    for entry in entries:
-        stat = _stat(entry)
-        if stat is not None:
-            table[int(entry.name)] = stat
-    return table
-
-
-def _stat(proc: Path) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) from ``<proc>/stat``; None once the process has ended (zombies
-    included)."""
-    try:
-        stat = (proc / "stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # the command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'
-    fields = stat[stat.rfind(")") + 2:].split()
-    if len(fields) <= 19 or fields[0] in ("Z", "X"):  # a zombie has ended already; only its parent can reap it
-        return None
-    return int(fields[1]), int(fields[19])
-
-
-def _command(pid: int) -> str:
-    """The command line of ``pid`` (first 200 characters; arguments joined by spaces), or ``?``."""
-    try:
-        raw = Path("/proc", str(pid), "cmdline").read_bytes()
-    except OSError:
-        return "?"
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200] or "?"
-
-
-def _descendants(root: int) -> dict[int, int]:
-    """Return ``{pid: start time}`` of every live descendant of ``root`` (children in new sessions too)."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _start) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: dict[int, int] = {}
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid][1]
-            todo.extend(children.get(pid, []))
-    return found
-
-
-class _SignalStop:
-    """Stops a run on SIGINT/SIGTERM so that nothing it started outlives gpuprov.
-
-    ansible-core's workers call ``setsid`` (and the ssh connection plugin starts ssh in a new session), so
-    the ``killpg`` that ansible-runner sends to ansible-playbook's process group on cancel misses them.
-    On the first signal this forwards SIGINT to ansible-playbook (its TaskQueueManager then signals every
-    worker, which signals its own process group and exits) and gives it :data:`CANCEL_GRACE_S` seconds;
-    only then does ansible-runner's cancel callback return True (a second signal shortens the wait).
-    Every descendant of ansible-playbook seen meanwhile is remembered and ended by :meth:`end_strays`.
-
-    ansible-playbook's process id comes from ansible-runner's events (``pid``: the callback plugin runs in
-    ansible-playbook's main process), checked against ``/proc`` to be a child of this process.
-    """
-
-    def __init__(self, grace_s: float = CANCEL_GRACE_S) -> None:
-        self.signal: int | None = None
-        self.count = 0
-        self.playbook_pid: int | None = None
-        self.forwarded = False
-        self._grace_s = grace_s
-        self._deadline: float | None = None
-        self._seen: dict[int, int] = {}
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        self.signal = signum
-        self.count += 1
-
-    def watch(self, event: dict[str, Any]) -> None:
-        """ansible-runner event (before the collector): learn ansible-playbook's process id."""
-        pid = event.get("pid")
-        if self.playbook_pid is None and isinstance(pid, int) and pid > 0:
-            stat = _stat(Path("/proc", str(pid))) if Path("/proc/self").exists() else (os.getpid(), 0)
-            if stat is not None and stat[0] == os.getpid():
-                self.playbook_pid = pid
-
-    def requested(self) -> bool:
-        """ansible-runner's cancel callback (polled about once a second): True once ansible-runner should
-        kill ansible-playbook's process group."""
-        if self.signal is None:
-            return False
-        pid = self.playbook_pid
-        if pid is None:
-            return True
-        self._seen.update(_descendants(pid))
-        if self.count > 1:
-            return True
-        if self._deadline is None:
-            self._deadline = time.monotonic() + self._grace_s
-            log.info("stopping ansible-playbook (pid %d): SIGINT, then SIGKILL after %.0f s", pid, self._grace_s)
-            try:
-                os.kill(pid, signal.SIGINT)
-            except ProcessLookupError:
-                return True
-            self.forwarded = True
-            return False
-        return time.monotonic() >= self._deadline
-
-    def end_strays(self) -> list[int]:
-        """SIGTERM, then after :data:`STRAY_GRACE_S` SIGKILL, every remembered descendant of ansible-playbook
-        still alive (same pid and start time); return their pids."""
-        if not self._seen:
-            return []
-        table = _process_table()
-        strays = [pid for pid, start in self._seen.items() if table.get(pid, (0, -1))[1] == start]
-        names = {pid: _command(pid) for pid in strays}
-        left = list(strays)
-        signals_before = self.count
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + (STRAY_GRACE_S if sig == signal.SIGTERM else 0.0)
-            while left and time.monotonic() < deadline and self.count == signals_before:
-                time.sleep(0.1)
-                table = _process_table()
-                left = [pid for pid in left if table.get(pid, (0, -1))[1] == self._seen[pid]]
-        if strays:
-            log.warning("ended %d process(es) left over by ansible-playbook: %s", len(strays),
-                        ", ".join(f"{pid} ({names[pid]})" for pid in strays))
-        return strays
-
-    def install(self) -> None:
-        """Install the handlers (main thread only; elsewhere signals keep their handlers)."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-
-    def restore(self) -> None:
-        """Put the previous handlers back."""
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-
 def _scrub_command_file(artifact_dir: Path) -> None:
     """Drop the environment and ``-e`` values from ansible-runner's ``artifacts/<id>/command`` record.
 
@@ -340,7 +179,7 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             every process it started have been ended.
     """
     collector = EventCollector(on_event)
-    stop = _SignalStop()
+    stop = SignalStop()
     cmdline = " ".join(flag for flag, on in (("--check", request.check), ("--diff", request.diff)) if on)
     ident = request.run_dir.name
     started = dt.datetime.now(dt.timezone.utc)
@@ -385,10 +224,7 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
         finally:
             stop.restore()
     finished = dt.datetime.now(dt.timezone.utc)
-    if stop.signal is not None:  # also a signal that came after ansible-playbook ended: the user asked to stop
-        code = 143 if stop.signal == signal.SIGTERM else 130
-        raise Interrupted(f"interrupted by {signal.Signals(stop.signal or signal.SIGINT).name}: ansible-playbook "
-                          f"and its connections were stopped; run record: {request.run_dir}", exit_code=code)
+    stop.raise_if_stopped(request.run_dir)
     stats: dict[str, dict[str, int]] = runner.stats or {}
     if runner.rc != 0 and not any(stats.get(key) for key in ("ok", "failures", "dark", "skipped")):
         stdout = Path(runner.config.artifact_dir) / "stdout"
