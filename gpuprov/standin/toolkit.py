@@ -21,9 +21,9 @@ Names, version strings and dependencies follow developer.download.nvidia.com/com
 
 The shared libraries are compiled here with ``gcc -shared -Wl,-soname`` (each exports the library's
 real version call: ``cudaRuntimeGetVersion``, ``cudnnGetVersion``, ``ncclGetVersion``), so tests can
-read SONAMEs with readelf and load them with ctypes. :class:`PackageSpec` holds text files only, so
-binaries travel in :class:`BinaryPackage` and :func:`build_toolkit_repository` builds both kinds into one
-signed repository.
+read SONAMEs with readelf and load them with ctypes. Packages that ship one are
+:class:`~gpuprov.standin.deb.BinaryPackage`; :func:`gpuprov.standin.repo.build_repository` builds both kinds
+into one signed repository.
 
 Release data (nvcc build strings, library build numbers) is taken from NVIDIA's published releases as
 far as the maintainers know them; ``verified`` in :data:`CUDA_RELEASES` says which were checked.
@@ -31,21 +31,16 @@ far as the maintainers know them; ``verified`` in :data:`CUDA_RELEASES` says whi
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import logging
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.standin.deb import FileSpec, PackageSpec, build_deb, stage
-from gpuprov.standin.repo import Repository, build_repository
-
-log = logging.getLogger(__name__)
+from gpuprov.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
@@ -151,17 +146,6 @@ if [ "$1" = remove ] || [ "$1" = deconfigure ]; then
     update-alternatives --remove cuda-{major} /usr/local/cuda-{version}
 fi
 """
-
-
-@dataclass(frozen=True)
-class BinaryPackage:
-    """A :class:`PackageSpec` plus binary files (absolute path -> bytes, mode 0644) it ships."""
-
-    spec: PackageSpec
-    binaries: Mapping[str, bytes] = field(default_factory=dict)
-
-
-StandinPackage = PackageSpec | BinaryPackage
 
 
 def version_code(version: str, scale: Sequence[int]) -> int:
@@ -391,66 +375,3 @@ def lab_toolkit_packages_for(os_name: str) -> list[StandinPackage]:
     if os_name not in matrix.os:
         raise ConfigError(f"stand-in CUDA repository: no OS {os_name!r} in the compatibility matrix")
     return lab_toolkit_packages([c for c in CUDA_RELEASES if matrix.os_has_cuda(os_name, c)])
-
-
-def build_binary_deb(package: BinaryPackage, out_dir: Path) -> Path:
-    """Build a package with binary files into ``out_dir`` (``<name>_<version>_<arch>.deb``).
-
-    Raises:
-        EnvironmentMissing: dpkg-deb is missing.
-        ConfigError: the spec is invalid, a binary path clashes with a spec file, or dpkg-deb failed.
-    """
-    dpkg_deb = shutil.which("dpkg-deb")
-    if dpkg_deb is None:
-        raise EnvironmentMissing("dpkg-deb not found: install dpkg (Debian) to build stand-in packages")
-    spec = package.spec
-    clash = set(spec.files) & set(package.binaries)
-    if clash:
-        raise ConfigError(f"stand-in package {spec.name}: {sorted(clash)} given as text and binary")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    deb = out_dir / f"{spec.name}_{spec.version.split(':', 1)[-1]}_{spec.architecture}.deb"
-    with tempfile.TemporaryDirectory(prefix="gpuprov-standin-") as tmp:
-        root = Path(tmp) / "root"
-        stage(spec, root)
-        for path, data in sorted(package.binaries.items()):
-            if not path.startswith("/") or ".." in Path(path).parts:
-                raise ConfigError(f"stand-in package {spec.name}: binary path {path!r} must be absolute")
-            target = root / path.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(0o644)
-        proc = subprocess.run([dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
-                              capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ConfigError(f"dpkg-deb failed for {spec.name}: {proc.stderr.strip()}")
-    return deb
-
-
-def build_toolkit_repository(packages: Iterable[StandinPackage], repo: Path,
-                             gnupg_home: Path | None = None) -> Repository:
-    """Build text and binary stand-ins into one signed repository (see :func:`build_repository`).
-
-    The binary packages are built into ``repo`` first; :func:`build_repository` then builds the text
-    ones and indexes and signs every .deb in the directory.
-
-    Raises:
-        EnvironmentMissing: dpkg-deb, dpkg-scanpackages, gpg or gcc is missing.
-        ConfigError: a spec is invalid or a tool failed.
-    """
-    texts: list[PackageSpec] = []
-    names: list[str] = []
-    for package in packages:
-        if isinstance(package, BinaryPackage):
-            build_binary_deb(package, repo)
-            names.append(package.spec.name)
-        else:
-            texts.append(package)
-    built = build_repository(texts, repo, gnupg_home)
-    return dataclasses.replace(built, packages=tuple(names) + built.packages)
-
-
-def build_deb_any(package: StandinPackage, out_dir: Path) -> Path:
-    """Build one stand-in, text or binary, into ``out_dir``."""
-    if isinstance(package, BinaryPackage):
-        return build_binary_deb(package, out_dir)
-    return build_deb(package, out_dir)
