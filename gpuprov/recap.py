@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuprov.accounting import RESULT_EVENTS
 from gpuprov.exceptions import ConfigError
 from gpuprov.needs import failure_message
-from gpuprov.runner import RESULT_EVENTS, RunResult
+from gpuprov.runner import RunResult
 
 #: Version of the ``--json`` summary layout (documented in README.md, "Run summary (--json)").
 SUMMARY_VERSION = 1

@@ -38,8 +38,9 @@ from gpuprov.exceptions import HostsFailed
 from gpuprov.standin import dcgm
 from gpuprov.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
 from gpuprov.standin.container import packages as container_toolkit_packages
-from gpuprov.standin.repo import KEY_NAME, key_fingerprint
-from gpuprov.standin.toolkit import StandinPackage, build_toolkit_repository, lab_toolkit_packages_for
+from gpuprov.standin.deb import StandinPackage
+from gpuprov.standin.repo import KEY_NAME, build_repository, key_fingerprint
+from gpuprov.standin.toolkit import lab_toolkit_packages_for
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def build(lab_dir: Path, os_name: str, debian_kernel: str) -> LabRepository:
             continue
         for old in repo_dir.glob("*"):
             old.unlink()
-        repo = build_toolkit_repository(packages, repo_dir, gnupg_home=home)
+        repo = build_repository(packages, repo_dir, gnupg_home=home)
         fpr = key_fingerprint(repo.key)
         # NVIDIA publishes the CUDA repository's key as <last 8 hex digits of the fingerprint>.pub next to the
         # index, and the container toolkit's as gpgkey at the top of its repository

@@ -1,4 +1,8 @@
-"""Declarative package specs and ``dpkg-deb --build``."""
+"""Declarative package specs and ``dpkg-deb --build``.
+
+A :class:`PackageSpec` holds text files and symlinks only; a :class:`BinaryPackage` adds binary files (e.g.
+shared libraries from :func:`gpuprov.standin.sharedlib.shared_library`). :func:`build_deb` builds either.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,22 +70,54 @@ class PackageSpec:
         return "\n".join(lines) + "\n"
 
 
-def _validate(spec: PackageSpec) -> None:
+@dataclass(frozen=True)
+class BinaryPackage:
+    """A :class:`PackageSpec` plus binary files it ships (absolute path -> bytes, mode 0644)."""
+
+    spec: PackageSpec
+    binaries: Mapping[str, bytes] = field(default_factory=dict)
+
+
+#: A stand-in package of either kind.
+StandinPackage = PackageSpec | BinaryPackage
+
+
+def spec_of(package: StandinPackage) -> PackageSpec:
+    """The :class:`PackageSpec` of a stand-in package of either kind (name, version, control fields)."""
+    return package.spec if isinstance(package, BinaryPackage) else package
+
+
+def _check_path(spec: PackageSpec, kind: str, path: str) -> None:
+    if not path.startswith("/") or ".." in Path(path).parts:
+        raise ConfigError(f"stand-in package {spec.name}: {kind} path {path!r} must be absolute, without '..'")
+
+
+def _validate(spec: PackageSpec, binaries: Mapping[str, bytes]) -> None:
     if not NAME.match(spec.name):
         raise ConfigError(f"stand-in package name {spec.name!r}: use lowercase letters, digits and + . -")
     if not spec.version[:1].isdigit():
         raise ConfigError(f"stand-in package {spec.name}: version {spec.version!r} must start with a digit")
     for path in spec.files:
-        if not path.startswith("/") or ".." in Path(path).parts:
-            raise ConfigError(f"stand-in package {spec.name}: file path {path!r} must be absolute, without '..'")
+        _check_path(spec, "file", path)
+    for path in binaries:
+        _check_path(spec, "binary", path)
+    clash = set(spec.files) & set(binaries)
+    if clash:
+        raise ConfigError(f"stand-in package {spec.name}: {sorted(clash)} given as text and binary")
     for script in spec.scripts:
         if script not in SCRIPTS:
             raise ConfigError(f"stand-in package {spec.name}: unknown maintainer script {script!r}")
 
 
-def stage(spec: PackageSpec, root: Path) -> None:
-    """Write the package tree (DEBIAN/ and files) under ``root``."""
-    _validate(spec)
+def stage(spec: PackageSpec, root: Path, binaries: Mapping[str, bytes] | None = None) -> None:
+    """Write the package tree (DEBIAN/, the spec's files and ``binaries``) under ``root``.
+
+    Raises:
+        ConfigError: the spec is invalid (name, version, a path, a maintainer script), or a path is given
+            both as a spec file and as a binary.
+    """
+    binaries = binaries or {}
+    _validate(spec, binaries)
     debian = root / "DEBIAN"
     debian.mkdir(parents=True)
     (debian / "control").write_text(spec.control(), encoding="utf-8")
@@ -96,15 +133,22 @@ def stage(spec: PackageSpec, root: Path) -> None:
         else:
             target.write_text(file.content, encoding="utf-8")
             target.chmod(file.mode)
+    for path, data in sorted(binaries.items()):
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o644)
 
 
-def build_deb(spec: PackageSpec, out_dir: Path) -> Path:
-    """Build ``<out_dir>/<name>_<version>_<arch>.deb`` and return its path.
+def build_deb(package: StandinPackage, out_dir: Path) -> Path:
+    """Build ``package`` into ``<out_dir>/<name>_<version without epoch>_<arch>.deb`` and return its path.
 
     Raises:
         EnvironmentMissing: dpkg-deb is not installed.
-        ConfigError: the spec is invalid.
+        ConfigError: the spec is invalid (see :func:`stage`) or dpkg-deb failed.
     """
+    spec = spec_of(package)
+    binaries = package.binaries if isinstance(package, BinaryPackage) else {}
     dpkg_deb = shutil.which("dpkg-deb")
     if dpkg_deb is None:
         raise EnvironmentMissing("dpkg-deb not found: install dpkg (Debian) to build stand-in packages")
@@ -113,7 +157,7 @@ def build_deb(spec: PackageSpec, out_dir: Path) -> Path:
     deb = out_dir / f"{spec.name}_{version}_{spec.architecture}.deb"
     with tempfile.TemporaryDirectory(prefix="gpuprov-standin-") as tmp:
         root = Path(tmp) / "root"
-        stage(spec, root)
+        stage(spec, root, binaries)
         proc = subprocess.run(
             [dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
             capture_output=True, text=True, check=False,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuprov.aptsign import KEY_NAME, key_fingerprint, release_text, sign
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.standin.deb import PackageSpec, build_deb
+from gpuprov.standin.deb import StandinPackage, build_deb, spec_of
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,9 @@ def index(repo: Path) -> None:
                                       encoding="utf-8")
 
 
-def build_repository(specs: Iterable[PackageSpec], repo: Path, gnupg_home: Path | None = None) -> Repository:
-    """Build every spec into ``repo``, index and sign it (``gnupg_home`` as for :func:`gpuprov.aptsign.sign`).
+def build_repository(packages: Iterable[StandinPackage], repo: Path, gnupg_home: Path | None = None) -> Repository:
+    """Build every package (text or binary) into ``repo``, index and sign every .deb there (``gnupg_home`` as
+    for :func:`gpuprov.aptsign.sign`). ``packages`` of the result names the packages built, in order.
 
     Raises:
         EnvironmentMissing: dpkg-deb, dpkg-scanpackages or gpg is missing.
@@ -73,9 +74,9 @@ def build_repository(specs: Iterable[PackageSpec], repo: Path, gnupg_home: Path 
     """
     repo.mkdir(parents=True, exist_ok=True)
     names = []
-    for spec in specs:
-        build_deb(spec, repo)
-        names.append(spec.name)
+    for package in packages:
+        build_deb(package, repo)
+        names.append(spec_of(package).name)
     index(repo)
     key = sign(repo, gnupg_home, KEY_UID)
     log.info("stand-in repository %s: %d packages", repo, len(names))

@@ -19,102 +19,27 @@ Names, version strings and dependencies follow developer.download.nvidia.com/com
   ``libnccl.so.2``) and ``/usr/include/nccl.h`` with NCCL_MAJOR/MINOR/PATCH; dev depends on the exact
   runtime version, as NVIDIA's does.
 
-The shared libraries are compiled here with ``gcc -shared -Wl,-soname`` (each exports the library's
-real version call: ``cudaRuntimeGetVersion``, ``cudnnGetVersion``, ``ncclGetVersion``), so tests can
-read SONAMEs with readelf and load them with ctypes. :class:`PackageSpec` holds text files only, so
-binaries travel in :class:`BinaryPackage` and :func:`build_toolkit_repository` builds both kinds into one
-signed repository.
-
-Release data (nvcc build strings, library build numbers) is taken from NVIDIA's published releases as
-far as the maintainers know them; ``verified`` in :data:`CUDA_RELEASES` says which were checked.
+The shared libraries are compiled from C (:func:`gpuprov.standin.sharedlib.shared_library`); each exports
+the library's real version call (``cudaRuntimeGetVersion``, ``cudnnGetVersion``, ``ncclGetVersion``), so
+tests can read SONAMEs with readelf and load them with ctypes. Packages that ship one are
+:class:`~gpuprov.standin.deb.BinaryPackage`; :func:`gpuprov.standin.repo.build_repository` builds both kinds
+into one signed repository. The release data comes from :mod:`gpuprov.standin.toolkit_releases`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import logging
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
 
-from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.standin.deb import FileSpec, PackageSpec, build_deb, stage
-from gpuprov.standin.repo import Repository, build_repository
+from gpuprov.exceptions import ConfigError
+from gpuprov.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage
+from gpuprov.standin.sharedlib import shared_library
+from gpuprov.standin.toolkit_releases import CUDA_RELEASES, CUDNN_RELEASES, NCCL_RELEASES, cuda_release, version_code
 
-log = logging.getLogger(__name__)
-
+#: Where Debian and Ubuntu packages put x86-64 libraries.
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
-
-@dataclass(frozen=True)
-class CudaRelease:
-    """One CUDA toolkit release as NVIDIA's repository carries it.
-
-    ``package`` is the Debian version of ``cuda-toolkit-X-Y``; ``nvcc`` the compiler's ``V`` version;
-    ``built`` and ``build`` the two lines nvcc prints; ``cudart`` the runtime library's version.
-    """
-
-    version: str
-    package: str
-    nvcc: str
-    built: str
-    build: str
-    cudart: str
-    year: str
-    verified: bool = False
-
-    @property
-    def major(self) -> str:
-        """``"12"`` for CUDA 12.8."""
-        return self.version.split(".")[0]
-
-    @property
-    def dashed(self) -> str:
-        """``"12-8"``, the package-name form."""
-        return self.version.replace(".", "-")
-
-
-#: CUDA releases the stand-in repository offers (the last update of each minor that NVIDIA published).
-#: 11.8 and 12.8 nvcc banners were checked against real installs; the others follow the same format.
-CUDA_RELEASES: dict[str, CudaRelease] = {
-    r.version: r for r in (
-        CudaRelease("11.4", "11.4.4-1", "11.4.152", "Sun_Feb_20_21:29:30_PST_2022",
-                    "cuda_11.4.r11.4/compiler.30521435_0", "11.4.148", "2022"),
-        CudaRelease("11.8", "11.8.0-1", "11.8.89", "Wed_Sep_21_10:33:58_PDT_2022",
-                    "cuda_11.8.r11.8/compiler.31833905_0", "11.8.89", "2022", verified=True),
-        CudaRelease("12.2", "12.2.2-1", "12.2.140", "Tue_Aug_15_22:02:13_PDT_2023",
-                    "cuda_12.2.r12.2/compiler.33191640_0", "12.2.140", "2023"),
-        CudaRelease("12.4", "12.4.1-1", "12.4.131", "Thu_Mar_28_02:18:24_PDT_2024",
-                    "cuda_12.4.r12.4/compiler.34097967_0", "12.4.127", "2024"),
-        CudaRelease("12.8", "12.8.1-1", "12.8.93", "Fri_Feb_21_20:23:50_PST_2025",
-                    "cuda_12.8.r12.8/compiler.35583870_0", "12.8.90", "2025", verified=True),
-        CudaRelease("13.0", "13.0.2-1", "13.0.88", "Wed_Oct__8_20:32:45_PDT_2025",
-                    "cuda_13.0.r13.0/compiler.36580663_0", "13.0.96", "2025"),
-    )
-}
-
-#: cuDNN releases: version -> (full 4-part version, CUDA builds). cuDNN 9 builds are per CUDA major
-#: (package ``libcudnn9-cuda-<major>``); cuDNN 8 builds carry the CUDA major.minor they were built with.
-CUDNN_RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "8.9.7": ("8.9.7.29", ("11.8", "12.2")),
-    "9.1.0": ("9.1.0.70", ("11", "12")),
-    "9.8.0": ("9.8.0.87", ("11", "12")),
-    "9.10.2": ("9.10.2.21", ("12",)),
-    "9.13.0": ("9.13.0.50", ("12", "13")),
-}
-
-#: NCCL releases and the CUDA builds NVIDIA publishes of each (``libnccl2=<v>-1+cuda<X.Y>``).
-NCCL_RELEASES: dict[str, tuple[str, ...]] = {
-    "2.16.5": ("11.8", "12.0"),
-    "2.21.5": ("11.0", "12.2", "12.4"),
-    "2.26.2": ("12.2", "12.8"),
-    "2.27.7": ("12.9", "13.0"),
-}
-
+#: The stand-in ``nvcc`` script (format fields: a :class:`~gpuprov.standin.toolkit_releases.CudaRelease`'s
+#: ``version``, ``nvcc``, ``built``, ``build`` and ``year``).
 NVCC = """\
 #!/bin/sh
 # gpuprov stand-in for nvcc {version}: prints what NVIDIA's nvcc prints; compiles nothing.
@@ -138,6 +63,8 @@ esac
 #: What dh_makeshlibs gives a shared-library package: the dynamic linker cache is refreshed on configure.
 LDCONFIG = 'if [ "$1" = configure ]; then ldconfig; fi\n'
 
+#: The config-common package's maintainer scripts (format fields: ``version`` major.minor, ``major``,
+#: ``priority`` ``X*10+Y``).
 ALTERNATIVES_POSTINST = """\
 if [ "$1" = configure ]; then
     update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-{version} {priority}
@@ -153,62 +80,14 @@ fi
 """
 
 
-@dataclass(frozen=True)
-class BinaryPackage:
-    """A :class:`PackageSpec` plus binary files (absolute path -> bytes, mode 0644) it ships."""
-
-    spec: PackageSpec
-    binaries: Mapping[str, bytes] = field(default_factory=dict)
-
-
-StandinPackage = PackageSpec | BinaryPackage
-
-
-def version_code(version: str, scale: Sequence[int]) -> int:
-    """Integer version code: ``version_code("9.8.0", (10000, 100, 1))`` is 90800.
-
-    cuDNN 9 and NCCL >= 2.9 use (10000, 100, 1); cuDNN 8 uses (1000, 100, 1); the CUDA runtime
-    (1000, 10) on major.minor (12080 for 12.8).
-    """
-    parts = [int(p) for p in version.split(".")[: len(scale)]]
-    return sum(p * s for p, s in zip(parts, scale, strict=False))
-
-
-@functools.lru_cache(maxsize=64)
-def shared_library(soname: str, source: str) -> bytes:
-    """Compile C ``source`` into a shared library whose DT_SONAME is ``soname``; return the ELF bytes.
-
-    Raises:
-        EnvironmentMissing: gcc is not installed.
-        ConfigError: the compiler failed.
-    """
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise EnvironmentMissing("gcc not found: install gcc to build the stand-in CUDA libraries")
-    with tempfile.TemporaryDirectory(prefix="gpuprov-standin-so-") as tmp:
-        src, out = Path(tmp) / "lib.c", Path(tmp) / soname
-        src.write_text(source, encoding="utf-8")
-        proc = subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-s", f"-Wl,-soname,{soname}", "-o", str(out),
-                               str(src)], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise ConfigError(f"gcc failed building {soname}: {proc.stderr.strip()[-2000:]}")
-        return out.read_bytes()
-
-
-def _release(cuda: str) -> CudaRelease:
-    try:
-        return CUDA_RELEASES[cuda]
-    except KeyError:
-        raise ConfigError(f"stand-in CUDA {cuda}: offered are {', '.join(CUDA_RELEASES)}") from None
-
-
 def cuda_toolkit(cuda: str) -> list[StandinPackage]:
     """``cuda-toolkit-X-Y`` and what it depends on, for CUDA ``cuda`` ("12.8").
 
     Raises:
-        ConfigError: no stand-in data for ``cuda``.
+        ConfigError: no stand-in data for ``cuda``, or gcc failed.
+        EnvironmentMissing: gcc is not installed (the shared library is compiled here).
     """
-    rel = _release(cuda)
+    rel = cuda_release(cuda)
     root = f"/usr/local/cuda-{rel.version}"
     nvcc_pkg = f"{rel.nvcc}-1"
     cudart_pkg = f"{rel.cudart}-1"
@@ -274,7 +153,8 @@ def cudnn_packages(version: str, cuda: str) -> list[StandinPackage]:
     ``cuda`` is a CUDA major ("12") for cuDNN 9 and later, a major.minor ("11.8") for cuDNN 8.
 
     Raises:
-        ConfigError: unknown release or build.
+        ConfigError: unknown release or build, or gcc failed.
+        EnvironmentMissing: gcc is not installed (the shared library is compiled here).
     """
     if version not in CUDNN_RELEASES or cuda not in CUDNN_RELEASES[version][1]:
         raise ConfigError(f"stand-in cuDNN {version} has no build for CUDA {cuda}")
@@ -333,7 +213,8 @@ def nccl_packages(version: str, cuda: str) -> list[StandinPackage]:
     """``libnccl2`` and ``libnccl-dev`` at ``<version>-1+cuda<cuda>`` ("2.26.2", "12.8").
 
     Raises:
-        ConfigError: unknown release or build.
+        ConfigError: unknown release or build, or gcc failed.
+        EnvironmentMissing: gcc is not installed (the shared library is compiled here).
     """
     if cuda not in NCCL_RELEASES.get(version, ()):
         raise ConfigError(f"stand-in NCCL {version} has no build for CUDA {cuda}")
@@ -361,7 +242,13 @@ def nccl_packages(version: str, cuda: str) -> list[StandinPackage]:
 
 
 def lab_toolkit_packages(cuda: Iterable[str] = ("11.8", "12.2", "12.8", "13.0")) -> list[StandinPackage]:
-    """Toolkits ``cuda`` with every cuDNN and NCCL build offered for them (what a lab repository serves)."""
+    """Toolkits ``cuda`` (major.minor each) with every cuDNN and NCCL build offered for them (what a lab
+    repository serves).
+
+    Raises:
+        ConfigError: no stand-in data for a toolkit of ``cuda``, or gcc failed.
+        EnvironmentMissing: gcc is not installed.
+    """
     wanted = list(cuda)
     majors = {c.split(".")[0] for c in wanted}
     out: list[StandinPackage] = []
@@ -383,7 +270,8 @@ def lab_toolkit_packages_for(os_name: str) -> list[StandinPackage]:
     "ubuntu2004"), per the compatibility matrix's OS rows (CUDA 13.0 is not published for Ubuntu 20.04).
 
     Raises:
-        ConfigError: the matrix has no such OS.
+        ConfigError: the matrix has no such OS, or gcc failed.
+        EnvironmentMissing: gcc is not installed.
     """
     from gpuprov.matrix import load_matrix
 
@@ -391,66 +279,3 @@ def lab_toolkit_packages_for(os_name: str) -> list[StandinPackage]:
     if os_name not in matrix.os:
         raise ConfigError(f"stand-in CUDA repository: no OS {os_name!r} in the compatibility matrix")
     return lab_toolkit_packages([c for c in CUDA_RELEASES if matrix.os_has_cuda(os_name, c)])
-
-
-def build_binary_deb(package: BinaryPackage, out_dir: Path) -> Path:
-    """Build a package with binary files into ``out_dir`` (``<name>_<version>_<arch>.deb``).
-
-    Raises:
-        EnvironmentMissing: dpkg-deb is missing.
-        ConfigError: the spec is invalid, a binary path clashes with a spec file, or dpkg-deb failed.
-    """
-    dpkg_deb = shutil.which("dpkg-deb")
-    if dpkg_deb is None:
-        raise EnvironmentMissing("dpkg-deb not found: install dpkg (Debian) to build stand-in packages")
-    spec = package.spec
-    clash = set(spec.files) & set(package.binaries)
-    if clash:
-        raise ConfigError(f"stand-in package {spec.name}: {sorted(clash)} given as text and binary")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    deb = out_dir / f"{spec.name}_{spec.version.split(':', 1)[-1]}_{spec.architecture}.deb"
-    with tempfile.TemporaryDirectory(prefix="gpuprov-standin-") as tmp:
-        root = Path(tmp) / "root"
-        stage(spec, root)
-        for path, data in sorted(package.binaries.items()):
-            if not path.startswith("/") or ".." in Path(path).parts:
-                raise ConfigError(f"stand-in package {spec.name}: binary path {path!r} must be absolute")
-            target = root / path.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(0o644)
-        proc = subprocess.run([dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
-                              capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ConfigError(f"dpkg-deb failed for {spec.name}: {proc.stderr.strip()}")
-    return deb
-
-
-def build_toolkit_repository(packages: Iterable[StandinPackage], repo: Path,
-                             gnupg_home: Path | None = None) -> Repository:
-    """Build text and binary stand-ins into one signed repository (see :func:`build_repository`).
-
-    The binary packages are built into ``repo`` first; :func:`build_repository` then builds the text
-    ones and indexes and signs every .deb in the directory.
-
-    Raises:
-        EnvironmentMissing: dpkg-deb, dpkg-scanpackages, gpg or gcc is missing.
-        ConfigError: a spec is invalid or a tool failed.
-    """
-    texts: list[PackageSpec] = []
-    names: list[str] = []
-    for package in packages:
-        if isinstance(package, BinaryPackage):
-            build_binary_deb(package, repo)
-            names.append(package.spec.name)
-        else:
-            texts.append(package)
-    built = build_repository(texts, repo, gnupg_home)
-    return dataclasses.replace(built, packages=tuple(names) + built.packages)
-
-
-def build_deb_any(package: StandinPackage, out_dir: Path) -> Path:
-    """Build one stand-in, text or binary, into ``out_dir``."""
-    if isinstance(package, BinaryPackage):
-        return build_binary_deb(package, out_dir)
-    return build_deb(package, out_dir)

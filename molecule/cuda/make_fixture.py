@@ -21,14 +21,14 @@ sys.path.insert(0, str(ROOT))
 
 from gpuprov.mocknvml import install  # noqa: E402
 from gpuprov.standin.deb import PackageSpec, build_deb  # noqa: E402
-from gpuprov.standin.repo import key_fingerprint  # noqa: E402
-from gpuprov.standin.toolkit import build_toolkit_repository, lab_toolkit_packages  # noqa: E402
+from gpuprov.standin.repo import build_repository, key_fingerprint  # noqa: E402
+from gpuprov.standin.toolkit import lab_toolkit_packages  # noqa: E402
 
 
 def build_repo(out: Path) -> None:
     """Signed repository under ``out/repo`` (key generated in ``out/gnupg``), packed as ``out/repo.tar``
     (unpacked at /opt), and its key's fingerprint in ``out/FINGERPRINT``."""
-    repo = build_toolkit_repository(lab_toolkit_packages(), out / "repo", gnupg_home=out / "gnupg")
+    repo = build_repository(lab_toolkit_packages(), out / "repo", gnupg_home=out / "gnupg")
     fingerprint = key_fingerprint(repo.key)
     # NVIDIA publishes its key as <last 8 hex digits of the fingerprint>.pub next to the index.
     (repo.path / f"{fingerprint[-8:].lower()}.pub").write_bytes(repo.key.read_bytes())

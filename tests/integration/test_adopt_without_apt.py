@@ -42,7 +42,8 @@ import yaml
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 from gpuprov.standin import build_deb
 from gpuprov.standin.catalogue import kernel_headers, meta
-from gpuprov.standin.toolkit import BinaryPackage, build_deb_any, cuda_toolkit
+from gpuprov.standin.deb import spec_of
+from gpuprov.standin.toolkit import cuda_toolkit
 from tests.integration.kernel_lab import exec_ok, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -210,9 +211,8 @@ def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[An
     exec_ok(container, "test ! -e /etc/apt/sources.list.d/cuda-gpuprov.sources && test ! -e /var/lib/gpuprov/keys")
 
     # 4. CUDA 13.0 in parts, as on the real host (no cuda-toolkit-13-0 meta), installed with dpkg alone
-    parts = [p for p in cuda_toolkit("13.0") if (p.spec if isinstance(p, BinaryPackage) else p).name
-             != "cuda-toolkit-13-0"]
-    debs = [build_deb_any(p, tmp_path / "cuda-debs") for p in parts]
+    parts = [p for p in cuda_toolkit("13.0") if spec_of(p).name != "cuda-toolkit-13-0"]
+    debs = [build_deb(p, tmp_path / "cuda-debs") for p in parts]
     assert len(debs) == 3
     _put(container, {f"/tmp/cuda-debs/{deb.name}": deb.read_bytes() for deb in debs})
     exec_ok(container, "dpkg -i /tmp/cuda-debs/*.deb >/dev/null")

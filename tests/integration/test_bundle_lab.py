@@ -26,7 +26,8 @@ import pytest
 from gpuprov.cli.__main__ import main
 from gpuprov.lab.mirrors import read_mirrors
 from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
-from gpuprov.standin.toolkit import build_toolkit_repository, cuda_toolkit, nccl_packages
+from gpuprov.standin.repo import build_repository
+from gpuprov.standin.toolkit import cuda_toolkit, nccl_packages
 from tests.integration.kernel_lab import dkms_container, exec_ok, run
 from tests.unit.test_bundle import serve, write_fleet
 
@@ -72,10 +73,10 @@ def _installed(container: Any) -> dict[str, str]:
 def test_bundle_installs_driver_cuda_nccl_without_other_repositories(
         tmp_path: Path, lab_images: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "source"
-    build_toolkit_repository([*driver_packages("570", "570.133.20", DEBIAN_REVISION, flavours=("",)),
-                              *driver_packages("570", "570.172.08", DEBIAN_REVISION, flavours=("",)),
-                              *cuda_toolkit("12.8"), *nccl_packages("2.26.2", "12.2"),
-                              *nccl_packages("2.26.2", "12.8")], source)
+    build_repository([*driver_packages("570", "570.133.20", DEBIAN_REVISION, flavours=("",)),
+                      *driver_packages("570", "570.172.08", DEBIAN_REVISION, flavours=("",)),
+                      *cuda_toolkit("12.8"), *nccl_packages("2.26.2", "12.2"),
+                      *nccl_packages("2.26.2", "12.8")], source)
     out = tmp_path / "bundle"
     for url in serve(source):
         fleet = write_fleet(tmp_path, url, gpus={"model": "H200", "count": 2}, cudnn={"version": None},

@@ -72,6 +72,17 @@ def test_the_lab_names_its_extra_in_the_runtime_install(runtime_env: Path, tmp_p
     assert "pip install 'gpuprov[lab]'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_the_runtime_install_runs_playbooks(runtime_env: Path, tmp_path: Path) -> None:
+    """What a run imports (ansible-runner; psutil, which ends what a run leaves behind after Ctrl-C) comes with
+    the runtime install."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PYTHON"))}
+    code = "import gpuprov.engine, gpuprov.proctree, gpuprov.runner; print(gpuprov.runner.__file__)"
+    proc = subprocess.run([str(runtime_env), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert Path(proc.stdout.strip()).is_relative_to(runtime_env.parents[1]), proc.stdout  # the wheel's, not ours
+
+
 def test_every_plugin_the_roles_name_resolves(report: dict[str, Any], runtime_env: Path) -> None:
     # the wheel's copy of the collection
     assert Path(report["collection_dir"]).is_relative_to(runtime_env.parents[1]), report["collection_dir"]

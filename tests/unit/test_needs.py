@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from gpuprov.accounting import EventCollector
 from gpuprov.needs import failure_message, host_needs
 from gpuprov.recap import ProgressPrinter, needs_table, summary
-from gpuprov.runner import EventCollector, RunResult
+from gpuprov.runner import RunResult
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -7,8 +7,9 @@ import json
 import shlex
 from pathlib import Path
 
+from gpuprov.accounting import HostResult
 from gpuprov.recap import retry_command, summary, write_summary
-from gpuprov.runner import HostResult, RunResult
+from gpuprov.runner import RunResult
 
 
 def test_retry_command_replaces_limit_and_keeps_the_rest() -> None:
@@ -35,8 +36,8 @@ def test_summary_layout(tmp_path: Path) -> None:
 
 
 def test_findings_reach_the_summary_and_table(tmp_path: Path) -> None:
+    from gpuprov.accounting import EventCollector
     from gpuprov.recap import findings_table
-    from gpuprov.runner import EventCollector
 
     collector = EventCollector()
     finding = {"role": "bios_check", "id": "pcie_downtrained", "severity": "fail", "subject": "0000:17:00.0",

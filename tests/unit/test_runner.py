@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuprov.accounting import EventCollector
 from gpuprov.exceptions import ConfigError
-from gpuprov.runner import EventCollector, RunRequest, exit_code, new_run_dir, parse_extravars, run_playbook
+from gpuprov.runner import RunRequest, exit_code, new_run_dir, parse_extravars, run_playbook
 
 PLAY = [
     {

@@ -12,21 +12,17 @@ from pathlib import Path
 import pytest
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.standin.deb import PackageSpec, stage
+from gpuprov.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage, build_deb, spec_of, stage
+from gpuprov.standin.repo import build_repository
+from gpuprov.standin.sharedlib import shared_library
 from gpuprov.standin.toolkit import (
-    CUDA_RELEASES,
-    BinaryPackage,
-    StandinPackage,
-    build_binary_deb,
-    build_toolkit_repository,
     cuda_toolkit,
     cudnn_packages,
     lab_toolkit_packages,
     lab_toolkit_packages_for,
     nccl_packages,
-    shared_library,
-    version_code,
 )
+from gpuprov.standin.toolkit_releases import CUDA_RELEASES, version_code
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the stand-in libraries")
 needs_repo_tools = pytest.mark.skipif(
@@ -51,12 +47,8 @@ def elf_soname(elf: bytes) -> str | None:
     return None
 
 
-def spec(package: StandinPackage) -> PackageSpec:
-    return package.spec if isinstance(package, BinaryPackage) else package
-
-
 def by_name(packages: list[StandinPackage]) -> dict[str, PackageSpec]:
-    return {spec(p).name: spec(p) for p in packages}
+    return {spec_of(p).name: spec_of(p) for p in packages}
 
 
 def binary(packages: list[StandinPackage], name: str) -> BinaryPackage:
@@ -124,14 +116,14 @@ def test_nccl_versions_carry_the_cuda_build() -> None:
 
 
 def test_lab_set_has_wrong_candidates_for_older_cuda() -> None:
-    versions = {spec(p).version for p in lab_toolkit_packages(("11.8", "12.8")) if spec(p).name == "libnccl2"}
+    versions = {spec_of(p).version for p in lab_toolkit_packages(("11.8", "12.8")) if spec_of(p).name == "libnccl2"}
     # the newest libnccl2 2.16.5 is the CUDA 12.0 build: an 11.8 host must not take apt's candidate
     assert {"2.16.5-1+cuda11.8", "2.16.5-1+cuda12.0", "2.26.2-1+cuda12.8"} <= versions
 
 
 def test_lab_set_per_os_follows_the_matrix() -> None:
-    focal = {spec(p).name for p in lab_toolkit_packages_for("ubuntu2004")}
-    bookworm = {spec(p).name for p in lab_toolkit_packages_for("debian12")}
+    focal = {spec_of(p).name for p in lab_toolkit_packages_for("ubuntu2004")}
+    bookworm = {spec_of(p).name for p in lab_toolkit_packages_for("debian12")}
     assert "cuda-toolkit-11-8" in focal and "cuda-toolkit-13-0" not in focal
     assert "cuda-toolkit-13-0" in bookworm and "cuda-toolkit-11-8" not in bookworm
     assert {"libnccl2", "libnccl-dev", "libcudnn9-cuda-12"} <= bookworm
@@ -153,7 +145,7 @@ def test_shared_library_has_the_soname_and_works(tmp_path: Path) -> None:
 @needs_repo_tools
 def test_binary_deb_ships_the_library_byte_for_byte(tmp_path: Path) -> None:
     package = binary(nccl_packages("2.16.5", "11.8"), "libnccl2")
-    deb = build_binary_deb(package, tmp_path / "out")
+    deb = build_deb(package, tmp_path / "out")
     assert deb.name == "libnccl2_2.16.5-1+cuda11.8_amd64.deb"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path / "x")], check=True)
     lib = tmp_path / "x/usr/lib/x86_64-linux-gnu"
@@ -165,9 +157,20 @@ def test_binary_deb_ships_the_library_byte_for_byte(tmp_path: Path) -> None:
     assert control == "Version: 2.16.5-1+cuda11.8\nPackage: libnccl2\n"
 
 
+@pytest.mark.parametrize(("files", "binaries", "match"), [
+    ({}, {"usr/lib/libx.so.1": b"x"}, "binary path 'usr/lib/libx.so.1' must be absolute"),
+    ({}, {"/usr/lib/../libx.so.1": b"x"}, "must be absolute, without '..'"),
+    ({"/usr/lib/libx.so.1": FileSpec("x")}, {"/usr/lib/libx.so.1": b"x"}, "given as text and binary"),
+])
+def test_binary_files_are_checked_like_text_files(tmp_path: Path, files: dict[str, FileSpec],
+                                                  binaries: dict[str, bytes], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        stage(PackageSpec(name="libx1", version="1.0", files=files), tmp_path / "root", binaries)
+
+
 @needs_repo_tools
 def test_repository_indexes_text_and_binary_packages(tmp_path: Path) -> None:
-    repo = build_toolkit_repository(cuda_toolkit("11.8") + cudnn_packages("8.9.7", "11.8"), tmp_path / "repo")
+    repo = build_repository(cuda_toolkit("11.8") + cudnn_packages("8.9.7", "11.8"), tmp_path / "repo")
     index = (repo.path / "Packages").read_text()
     for name in ("cuda-toolkit-11-8", "cuda-cudart-11-8", "libcudnn8", "libcudnn8-dev"):
         assert f"Package: {name}\n" in index
