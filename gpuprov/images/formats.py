@@ -4,7 +4,7 @@ image declares.
 
 The declared size is what a decoder will allocate for, whatever the file's length: a 107 KB PNG can
 declare 30000 x 30000 pixels and take 13 GB to decode (a decompression bomb). :func:`declared_size`
-reads it so the pipeline refuses such an image before decoding it.
+reads it so the decoder (:mod:`gpuprov.images.decode`) refuses such an image before decoding it.
 """
 
 from __future__ import annotations

@@ -43,17 +43,10 @@ from queue import Queue as Channel
 from typing import Any, TypeVar
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, EnvironmentMissing, GpuprovError
+from gpuprov.images.decode import DecodeError, Decoder, decode_split
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
-from gpuprov.images.pipeline import (
-    Backoff,
-    Decoded,
-    DecodeError,
-    Decoder,
-    auto_batch,
-    is_oom,
-    release_memory,
-    torch_modules,
-)
+from gpuprov.images.lazy_torch import torch_modules
+from gpuprov.images.memory import Backoff, auto_batch, is_oom
 from gpuprov.images.queue import Queue, QueueLost, QueueMissing, QueueUnavailable, Task, UnknownTask, open_queue
 from gpuprov.images.tasks import Item, make_task, synthetic_items
 
@@ -327,26 +320,6 @@ def _decode_ahead(source: Iterator[Claimed], decoder: Decoder, timing: dict[str,
             decoded = decode_split(decoder, [d for _, d in good])
         timing["decode_s"] += time.perf_counter() - t0
         yield Ready(claimed, good, decoded, unreadable, event)
-
-
-def decode_split(decoder: Decoder, blobs: list[bytes]) -> list[Decoded | DecodeError]:
-    """``decoder.decode(blobs)``; on out-of-memory, each half on its own (recursively), and an image
-    that alone does not fit is a :class:`DecodeError` (recorded as failed, the rest goes on).
-
-    The batch size is probed with 1.5-megapixel images (:func:`auto_batch`); a batch of 12-megapixel
-    photos decodes to 8x as many bytes, and the next batch decodes while this one is processed.
-    """
-    try:
-        return list(decoder.decode(blobs))
-    except (RuntimeError, MemoryError) as exc:
-        if not is_oom(exc):
-            raise
-        release_memory()
-        if len(blobs) == 1:
-            return [DecodeError(f"out of device memory decoding this image alone: {exc}")]
-        half = len(blobs) // 2
-        log.warning("out of memory decoding %d images: decoding them in halves", len(blobs))
-        return decode_split(decoder, blobs[:half]) + decode_split(decoder, blobs[half:])
 
 
 def _adopt(ready: Ready) -> None:

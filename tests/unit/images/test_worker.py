@@ -17,7 +17,7 @@ from PIL import Image
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.manifest import write_manifest
-from gpuprov.images.pipeline import MEM_BUDGET_ENV
+from gpuprov.images.memory import MEM_BUDGET_ENV
 from gpuprov.images.queue import open_queue
 from gpuprov.images.supervisor import SlotState, supervise, worker_env
 from gpuprov.images.worker import (
@@ -263,8 +263,7 @@ def test_supervise_stops_following_workers_when_asked(tmp_path: Path) -> None:
 
 def test_decode_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit() -> None:
     """A decode that runs out of memory is retried in halves; an image too big on its own is a DecodeError."""
-    from gpuprov.images.pipeline import Decoded, DecodeError
-    from gpuprov.images.worker import decode_split
+    from gpuprov.images.decode import Decoded, DecodeError, decode_split
 
     class Tight:
         """Device memory for 3 images at a time; the blob b"huge" never fits."""
@@ -298,7 +297,7 @@ def test_unreadable_kinds_of_file_fail_alone(tmp_path: Path) -> None:
     """An empty file is a decode error and a FIFO a read error (reading it would block the worker forever)."""
     import os
 
-    from gpuprov.images.pipeline import DecodeError, Decoder
+    from gpuprov.images.decode import DecodeError, Decoder
     from gpuprov.images.worker import _read_image
 
     (out,) = Decoder("cpu").decode([b""])
