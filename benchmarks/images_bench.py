@@ -168,8 +168,9 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
     job gets from provisioned workers (the image_workers role's services).
     """
     from gpuprov.images.queue import open_queue
+    from gpuprov.images.slots import resolve_slots
     from gpuprov.images.supervisor import SlotState, supervise
-    from gpuprov.images.worker import WorkerConfig, resolve_slots
+    from gpuprov.images.worker import WorkerConfig
 
     if warm:
         return _warm(paths, n, gpus, work, batch, threads, procs, jpeg)
@@ -222,8 +223,9 @@ def gpuprov(paths: list[Path], n: int, gpus: str, work: Path, batch: str, thread
 def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads: int, procs: int,
           jpeg: str) -> dict[str, Any]:  # fmt: skip
     from gpuprov.images.queue import open_queue
+    from gpuprov.images.slots import resolve_slots
     from gpuprov.images.supervisor import SlotState, supervise
-    from gpuprov.images.worker import WorkerConfig, resolve_slots
+    from gpuprov.images.worker import WorkerConfig
 
     model_file = resnet50_file(work)
     url = f"sqlite:///{work}/warm-{gpus.replace(',', '_')}-p{procs}-{jpeg}.db"

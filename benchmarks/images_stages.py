@@ -1,7 +1,7 @@
 """Where one worker's time goes: each stage of a batch, host time and device time, on one device.
 
 Stages, as a worker runs them on a batch of ``--batch`` images read from ``--data``: ``decode``
-(:class:`gpuprov.images.pipeline.Decoder`), ``resize`` (:func:`crop_resize_batch`), ``normalise``,
+(:class:`gpuprov.images.decode.Decoder`), ``resize`` (:func:`crop_resize_batch`), ``normalise``,
 ``fused`` (the one-kernel crop+resize+normalise of :mod:`gpuprov.images.fused`, where it can run),
 ``model`` (ResNet-50 TorchScript, random weights, fp16 channels_last on CUDA; ``--variants`` runs it as
 loaded and frozen for inference) and ``top5`` (softmax, topk and the copy to the host). For each stage:
@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from images_bench import resnet50_file  # this folder is sys.path[0] when the script runs
 
 from gpuprov.images import fused
-from gpuprov.images.pipeline import Decoder, crop_resize_batch, normalise
+from gpuprov.images.decode import Decoder
 from gpuprov.images.tasks import ModelTask
+from gpuprov.images.transforms import crop_resize_batch, normalise
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -94,7 +95,7 @@ def stages(blobs: list[bytes], task: ModelTask, decoder: Decoder, repeats: int, 
 def accuracy(decoded: list[Any], size: int) -> dict[str, float]:
     """Largest absolute difference (normalised units) of the fused kernel (float32 output) and of the
     fp16 roi_align path on the GPU to the reference computed in float32 on the CPU."""
-    from gpuprov.images.pipeline import Decoded
+    from gpuprov.images.decode import Decoded
 
     on_cpu = [Decoded(d.pixels.cpu(), d.max_value) for d in decoded]
     ref = normalise(crop_resize_batch(on_cpu, size), half=False)

@@ -293,8 +293,9 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
+    from gpuprov.images.slots import resolve_slots
     from gpuprov.images.supervisor import SlotState, supervise
-    from gpuprov.images.worker import WorkerConfig, resolve_slots, task_label
+    from gpuprov.images.worker import WorkerConfig, task_label
 
     _check_run_options(task, model, batch, lease_s)
     _make_out(out)

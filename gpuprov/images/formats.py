@@ -1,9 +1,10 @@
-"""Image formats read from their headers, in pure Python (no torch, no decoding): JPEG frame kind and
-EXIF orientation, PNG bit depth, DICOM, and the pixel size an image declares.
+"""Image formats read from their headers, in pure Python (no torch, no decoding): the signatures of
+JPEG, PNG, GIF and DICOM, JPEG frame kind and EXIF orientation, PNG bit depth, and the pixel size an
+image declares.
 
 The declared size is what a decoder will allocate for, whatever the file's length: a 107 KB PNG can
 declare 30000 x 30000 pixels and take 13 GB to decode (a decompression bomb). :func:`declared_size`
-reads it so the pipeline refuses such an image before decoding it.
+reads it so the decoder (:mod:`gpuprov.images.decode`) refuses such an image before decoding it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,30 @@ DEFAULT_MAX_PIXELS = 89_478_485
 (1 GiB / 4 bytes per pixel / 3, ``PIL/Image.py``), the limit past which Pillow warns of a
 decompression bomb."""
 
+_JPEG_SOI = b"\xff\xd8"
+"""A JPEG's first two bytes, its start-of-image marker (ITU-T T.81, B.2.1)."""
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+"""A PNG's first eight bytes (PNG specification, 5.2)."""
+_GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
+"""A GIF's first six bytes, one per version."""
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+"""JPEG start-of-frame markers: SOF0..SOF15 less DHT (C4), JPG (C8) and DAC (CC) (ITU-T T.81, table B.1)."""
+
+
+def is_jpeg(data: bytes) -> bool:
+    """True for bytes that start as a JPEG (the start-of-image marker)."""
+    return data[:2] == _JPEG_SOI
+
+
+def is_png(data: bytes) -> bool:
+    """True for bytes that start with the PNG signature."""
+    return data[:8] == _PNG_SIGNATURE
+
+
+def is_gif(data: bytes) -> bool:
+    """True for bytes that start with a GIF signature (GIF87a or GIF89a)."""
+    return data[:6] in _GIF_SIGNATURES
+
 
 def jpeg_kind(data: bytes) -> str | None:
     """``"baseline"``, ``"progressive"`` or ``"other"`` (lossless, arithmetic) for JPEG bytes, else None.
@@ -25,7 +50,7 @@ def jpeg_kind(data: bytes) -> str | None:
     Reads markers up to the first start-of-frame; a truncated header still gives its kind if the
     SOF marker was reached.
     """
-    if data[:2] != b"\xff\xd8":
+    if not is_jpeg(data):
         return None
     pos = 2
     while pos + 4 <= len(data):
@@ -39,7 +64,7 @@ def jpeg_kind(data: bytes) -> str | None:
             return "baseline"
         if marker == 0xC2:
             return "progressive"
-        if 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+        if marker in _SOF_MARKERS:
             return "other"
         (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
         pos += 2 + length
@@ -48,7 +73,7 @@ def jpeg_kind(data: bytes) -> str | None:
 
 def exif_orientation(data: bytes) -> int | None:
     """The EXIF orientation tag (1..8) of JPEG bytes, or None when absent or unreadable."""
-    if data[:2] != b"\xff\xd8":
+    if not is_jpeg(data):
         return None
     pos = 2
     while pos + 4 <= len(data) and data[pos] == 0xFF:
@@ -87,7 +112,7 @@ def is_dicom(data: bytes) -> bool:
 
 def png_bit_depth(data: bytes) -> int | None:
     """The bit depth from a PNG's IHDR, or None when ``data`` is not a PNG."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 25:
+    if not is_png(data) or len(data) < 25:
         return None
     return data[24]
 
@@ -102,7 +127,7 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
             pos += 1
             continue
         marker = data[pos + 1]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+        if marker in _SOF_MARKERS:
             height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
             return width, height
         if marker == 0xDA:  # start of scan before any frame header: not a decodable JPEG
@@ -154,11 +179,11 @@ def declared_size(data: bytes) -> tuple[int, int] | None:
     which parses the header without decoding. Raises Pillow's ``DecompressionBombError`` for an image
     past twice Pillow's ``Image.MAX_IMAGE_PIXELS`` (Pillow refuses to even open it).
     """
-    if data[:2] == b"\xff\xd8":
+    if is_jpeg(data):
         return _jpeg_size(data)
     if is_dicom(data):
         return _dicom_size(data)
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
+    if is_png(data) and data[12:16] == b"IHDR":
         width, height = struct.unpack(">II", data[16:24])
         return width, height
     from PIL import Image

@@ -1,6 +1,6 @@
 """Centre crop, resize and normalise of a batch of 8-bit images in one Triton kernel on the GPU.
 
-:func:`gpuprov.images.pipeline.crop_resize_batch` followed by :func:`~gpuprov.images.pipeline.normalise`
+:func:`gpuprov.images.transforms.crop_resize_batch` followed by :func:`~gpuprov.images.transforms.normalise`
 is the reference: it packs the decoded images into padded fp16 canvases, runs
 ``torchvision.ops.roi_align`` per canvas, scales, normalises in float32 and converts to an fp16
 channels_last batch - about ten passes over the batch in memory. On one H200 that was 18.5 ms per batch
@@ -26,16 +26,17 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from gpuprov.images.pipeline import (
+from gpuprov.images.decode import Decoded
+from gpuprov.images.lazy_torch import torch_modules
+from gpuprov.images.memory import is_oom
+from gpuprov.images.transforms import (
     MEAN,
     STD,
-    Decoded,
+    centre_square,
     crop_resize_batch,
-    is_oom,
     normalise,
     sampling_ratio,
     to_device,
-    torch_modules,
 )
 
 try:  # an optional dependency: torch's Linux wheels carry it, others may not
@@ -187,8 +188,8 @@ def crop_resize_normalise(decs: Sequence[Decoded], size: int, *, half: bool) -> 
                 f"image {n}: crop_resize_normalise takes non-empty 8-bit RGB (3,H,W) uint8, not "
                 f"{tuple(dec.pixels.shape)} {dec.pixels.dtype}"
             )
-        side = min(h, w)
-        rows.append([n, offset, h, w, (h - side) // 2, (w - side) // 2, side, sampling_ratio(side, size)])
+        top, left, side = centre_square(h, w)
+        rows.append([n, offset, h, w, top, left, side, sampling_ratio(side, size)])
         offset += c * h * w
     flat = torch.cat([dec.pixels.reshape(-1) for dec in decs])
     meta = torch.tensor(rows, dtype=torch.int64)

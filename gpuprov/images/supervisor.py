@@ -33,8 +33,9 @@ from typing import Any
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, EnvironmentMissing
 from gpuprov.images.queue import QueueUnavailable
+from gpuprov.images.slots import Slot, replicate
 from gpuprov.images.tasks import sweep_temp_files
-from gpuprov.images.worker import EXIT_QUEUE_DOWN, SUPERVISOR_ENV, Slot, WorkerConfig, replicate
+from gpuprov.images.worker import EXIT_QUEUE_DOWN, SUPERVISOR_ENV, WorkerConfig
 
 log = logging.getLogger(__name__)
 

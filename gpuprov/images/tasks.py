@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.images.decode import Decoded
 from gpuprov.images.fused import resize_normalise
-from gpuprov.images.pipeline import Decoded, check_budget, to_unit, torch_modules
+from gpuprov.images.lazy_torch import torch_modules
+from gpuprov.images.memory import check_budget
+from gpuprov.images.transforms import to_unit
 
 BUILTIN_TASKS = ("stats", "thumbnail")
 #: the ``path`` of a synthetic item (never a real file name: not absolute)

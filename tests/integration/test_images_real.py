@@ -16,8 +16,8 @@ from PIL import Image, ImageOps
 
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.images.data import RealImages, dicom_images, real_images
+from gpuprov.images.decode import DecodeError, Decoder
 from gpuprov.images.formats import exif_orientation
-from gpuprov.images.pipeline import DecodeError, Decoder
 
 
 @pytest.fixture(scope="module")

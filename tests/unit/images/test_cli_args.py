@@ -55,9 +55,9 @@ def test_submit_of_a_missing_source_exits_2_before_creating_the_queue(tmp_path: 
 
 def test_nvimgcodec_without_the_package_exits_2_before_workers_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuprov.images import supervisor, worker
+    from gpuprov.images import slots, supervisor
 
-    monkeypatch.setattr(worker, "resolve_slots", lambda gpus, cpu_workers: [worker.Slot("gpu0", "GPU-x", "0:1")])
+    monkeypatch.setattr(slots, "resolve_slots", lambda gpus, cpu_workers: [slots.Slot("gpu0", "GPU-x", "0:1")])
     monkeypatch.setattr(supervisor, "supervise", lambda *a, **k: pytest.fail("workers started"))
     monkeypatch.setattr("gpuprov.cli.images._installed", lambda module: False)
     code = main(["images", "run", "--queue", f"sqlite:///{tmp_path / 'q.db'}", "--out", str(tmp_path / "out"),

@@ -9,7 +9,16 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
-from gpuprov.images.formats import DEFAULT_MAX_PIXELS, declared_size, exif_orientation, jpeg_kind, png_bit_depth
+from gpuprov.images.formats import (
+    DEFAULT_MAX_PIXELS,
+    declared_size,
+    exif_orientation,
+    is_gif,
+    is_jpeg,
+    is_png,
+    jpeg_kind,
+    png_bit_depth,
+)
 
 
 def _save(fmt: str, size: tuple[int, int] = (64, 48), mode: str = "RGB", **kwargs: object) -> bytes:
@@ -33,6 +42,8 @@ def test_sniffing() -> None:
     assert exif_orientation(_jpeg()) is None
     assert png_bit_depth(_save("PNG")) == 8
     assert png_bit_depth(_save("PNG", mode="I;16")) == 16
+    assert [(is_jpeg(b), is_png(b), is_gif(b)) for b in (_jpeg(), _save("PNG"), _save("GIF"), b"BM")] == [
+        (True, False, False), (False, True, False), (False, False, True), (False, False, False)]  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF"])

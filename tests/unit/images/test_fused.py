@@ -20,15 +20,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 pytest.importorskip("triton")
 
-from gpuprov.images import fused, pipeline  # noqa: E402
-from gpuprov.images.pipeline import Decoded  # noqa: E402
+from gpuprov.images import fused, transforms  # noqa: E402
+from gpuprov.images.decode import Decoded  # noqa: E402
 
 INTERPRETED = textwrap.dedent(
     """
     import json, sys
     import torch
-    from gpuprov.images import fused, pipeline
-    from gpuprov.images.pipeline import Decoded
+    from gpuprov.images import fused, transforms
+    from gpuprov.images.decode import Decoded
 
     assert fused.available("cpu")
     g = torch.Generator().manual_seed(int(sys.argv[1]))
@@ -43,7 +43,7 @@ INTERPRETED = textwrap.dedent(
     wide = Decoded(torch.randint(0, 65536, (3, 24, 24), dtype=torch.int32, generator=g), 65535.0)
     out = {"ratios": [fused.sampling_ratio(min(h, w), size) for h, w in shapes]}
     for half in (False, True):
-        ref = pipeline.normalise(pipeline.crop_resize_batch(decs, size), half=half).float()
+        ref = transforms.normalise(transforms.crop_resize_batch(decs, size), half=half).float()
         got = fused.crop_resize_normalise(decs, size, half=half)
         out[f"layout_{half}"] = [got.is_contiguous(memory_format=torch.channels_last), str(got.dtype), list(got.shape)]
         out[f"err_{half}"] = (got.float() - ref).abs().max().item()
@@ -52,7 +52,7 @@ INTERPRETED = textwrap.dedent(
     both = fused.resize_normalise(mixed, size, half=False)
     alone = [fused.resize_normalise([d], size, half=False)[0] for d in mixed]
     out["mixed_vs_alone"] = max((both[i] - a).abs().max().item() for i, a in enumerate(alone))
-    ref = pipeline.normalise(pipeline.crop_resize_batch(mixed, size), half=False)
+    ref = transforms.normalise(transforms.crop_resize_batch(mixed, size), half=False)
     out["mixed_vs_reference"] = (both - ref).abs().max().item()
     print(json.dumps(out))
     """
@@ -127,7 +127,7 @@ def test_a_kernel_that_cannot_run_falls_back_once_and_is_logged(
     monkeypatch.setattr(fused, "crop_resize_normalise", broken)
     monkeypatch.setattr(fused.KERNEL, "failed", None)
     decs = _decs()
-    ref = pipeline.normalise(pipeline.crop_resize_batch(decs, 8), half=False)
+    ref = transforms.normalise(transforms.crop_resize_batch(decs, 8), half=False)
     with caplog.at_level(logging.WARNING, logger="gpuprov.images.fused"):
         first = fused.resize_normalise(decs, 8, half=False)
         second = fused.resize_normalise(decs, 8, half=False)
@@ -156,7 +156,7 @@ def test_cpu_without_the_interpreter_uses_the_reference() -> None:
         pytest.skip("TRITON_INTERPRET is set for this whole run")
     assert not fused.available("cpu")
     decs = _decs()
-    ref = pipeline.normalise(pipeline.crop_resize_batch(decs, 8), half=False)
+    ref = transforms.normalise(transforms.crop_resize_batch(decs, 8), half=False)
     assert torch.equal(fused.resize_normalise(decs, 8, half=False), ref)
 
 
@@ -183,7 +183,7 @@ def test_what_the_kernel_cannot_take_goes_to_the_reference_without_disabling_it(
 
     def kernel(decs: Any, size: int, *, half: bool) -> Any:
         seen.append(len(decs))
-        return pipeline.normalise(pipeline.crop_resize_batch(decs, size), half=half)
+        return transforms.normalise(transforms.crop_resize_batch(decs, size), half=half)
 
     monkeypatch.setattr(fused, "available", lambda device: True)
     monkeypatch.setattr(fused, "crop_resize_normalise", kernel)

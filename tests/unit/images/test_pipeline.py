@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 from PIL import Image  # noqa: E402
 
-from gpuprov.images import pipeline  # noqa: E402
-from gpuprov.images.pipeline import Backoff, BudgetExceeded, DecodeError, Decoder  # noqa: E402
+from gpuprov.images import decode, memory, transforms  # noqa: E402
+from gpuprov.images.decode import DecodeError, Decoder  # noqa: E402
+from gpuprov.images.memory import Backoff, BudgetExceeded  # noqa: E402
 
 
 def _jpeg(w: int = 64, h: int = 48, *, progressive: bool = False, orientation: int | None = None) -> bytes:
@@ -70,13 +71,13 @@ def test_decode_applies_exif_and_reports_corrupt() -> None:
 
 
 def test_resize_and_normalise() -> None:
-    dec = pipeline.Decoded(torch.full((3, 100, 200), 255, dtype=torch.uint8), 255.0)
-    unit = pipeline.to_unit(dec, 32)
+    dec = decode.Decoded(torch.full((3, 100, 200), 255, dtype=torch.uint8), 255.0)
+    unit = transforms.to_unit(dec, 32)
     assert tuple(unit.shape) == (1, 3, 32, 32) and float(unit.max()) == pytest.approx(1.0)
-    thumb = pipeline.to_unit(dec, 50, crop=False)
+    thumb = transforms.to_unit(dec, 50, crop=False)
     assert tuple(thumb.shape) == (1, 3, 25, 50)
-    assert tuple(pipeline.to_unit(dec, 400, crop=False).shape) == (1, 3, 100, 200)  # never enlarged
-    batch = pipeline.normalise([unit, unit], half=False)
+    assert tuple(transforms.to_unit(dec, 400, crop=False).shape) == (1, 3, 100, 200)  # never enlarged
+    batch = transforms.normalise([unit, unit], half=False)
     assert batch.is_contiguous(memory_format=torch.channels_last)
     assert float(batch[0, 0, 0, 0]) == pytest.approx((1 - 0.485) / 0.229, rel=1e-4)
 
@@ -104,16 +105,16 @@ def test_backoff_raises_other_errors_and_oom_at_one() -> None:
 
 
 def test_budget_drives_oom_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(pipeline.MEM_BUDGET_ENV, str(4 * 3 * 8 * 8 * 4 * 64))
-    pipeline.check_budget(4, 8)
+    monkeypatch.setenv(memory.MEM_BUDGET_ENV, str(4 * 3 * 8 * 8 * 4 * 64))
+    memory.check_budget(4, 8)
     with pytest.raises(BudgetExceeded):
-        pipeline.check_budget(5, 8)
-    assert pipeline.auto_batch("cpu", lambda n: pipeline.check_budget(n, 8)) == 4
+        memory.check_budget(5, 8)
+    assert memory.auto_batch("cpu", lambda n: memory.check_budget(n, 8)) == 4
 
 
 def test_auto_batch_cpu_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(pipeline.MEM_BUDGET_ENV, raising=False)
-    assert pipeline.auto_batch("cpu", lambda n: None) == pipeline.CPU_DEFAULT_BATCH
+    monkeypatch.delenv(memory.MEM_BUDGET_ENV, raising=False)
+    assert memory.auto_batch("cpu", lambda n: None) == memory.CPU_DEFAULT_BATCH
 
 
 def test_crop_resize_batch_keeps_order_and_scale() -> None:
@@ -124,10 +125,10 @@ def test_crop_resize_batch_keeps_order_and_scale() -> None:
     decs = []
     for n, (h, w) in enumerate(shapes):
         if n % 3 == 2:
-            decs.append(pipeline.Decoded(torch.full((3, h, w), 1000 * (n + 1), dtype=torch.int32), 65535.0))
+            decs.append(decode.Decoded(torch.full((3, h, w), 1000 * (n + 1), dtype=torch.int32), 65535.0))
         else:
-            decs.append(pipeline.Decoded(torch.full((3, h, w), 30 * (n + 1), dtype=torch.uint8), 255.0))
-    out = pipeline.crop_resize_batch(decs, 32)
+            decs.append(decode.Decoded(torch.full((3, h, w), 30 * (n + 1), dtype=torch.uint8), 255.0))
+    out = transforms.crop_resize_batch(decs, 32)
     assert tuple(out.shape) == (len(shapes), 3, 32, 32)
     for dec, unit in zip(decs, out, strict=True):
         expected = float(dec.pixels.flatten()[0]) / dec.max_value
@@ -143,10 +144,10 @@ def test_crop_resize_batch_matches_per_image_resize() -> None:
     for h, w in [(480, 640), (300, 200), (100, 90), (229, 333)]:
         base = torch.rand((3, h // 32 + 2, w // 32 + 2), generator=gen)  # smooth content, like photos
         img = torch.nn.functional.interpolate(base[None], size=(h, w), mode="bilinear")[0]
-        decs.append(pipeline.Decoded((img * 255).round().to(torch.uint8), 255.0))
-    batched = pipeline.crop_resize_batch(decs, 64)
+        decs.append(decode.Decoded((img * 255).round().to(torch.uint8), 255.0))
+    batched = transforms.crop_resize_batch(decs, 64)
     for dec, unit in zip(decs, batched, strict=True):
-        single = pipeline.to_unit(dec, 64)[0]
+        single = transforms.to_unit(dec, 64)[0]
         assert (unit - single).abs().mean().item() < 0.02
 
 
@@ -157,24 +158,24 @@ def test_jpeg_decoder_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Decoder("cuda").jpeg == "torchvision"  # the default; __init__ touches no CUDA
     with pytest.raises(ConfigError, match="choose one of"):
         Decoder("cuda", jpeg="dali")
-    monkeypatch.setattr(pipeline, "nvimgcodec_decoder", lambda threads: None)  # package absent
+    monkeypatch.setattr(decode, "nvimgcodec_decoder", lambda threads: None)  # package absent
     assert Decoder("cuda", jpeg="auto").jpeg == "torchvision"
     with pytest.raises(ConfigError, match="nvidia-nvimgcodec"):
         Decoder("cuda", jpeg="nvimgcodec")
-    monkeypatch.setattr(pipeline, "nvimgcodec_decoder", lambda threads: object())
+    monkeypatch.setattr(decode, "nvimgcodec_decoder", lambda threads: object())
     assert Decoder("cuda", jpeg="auto").jpeg == "nvimgcodec"
 
 
 def test_nvimgcodec_decoder_is_none_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = pipeline.importlib.import_module
+    real = decode.importlib.import_module
 
     def no_nvimgcodec(name: str) -> object:
         if name.startswith("nvidia.nvimgcodec"):
             raise ImportError(name)
         return real(name)
 
-    monkeypatch.setattr(pipeline.importlib, "import_module", no_nvimgcodec)
-    assert pipeline.nvimgcodec_decoder(2) is None
+    monkeypatch.setattr(decode.importlib, "import_module", no_nvimgcodec)
+    assert decode.nvimgcodec_decoder(2) is None
 
 
 def test_padded_canvas_repeats_each_images_last_row_and_column() -> None:
@@ -184,7 +185,7 @@ def test_padded_canvas_repeats_each_images_last_row_and_column() -> None:
     gen = torch.Generator().manual_seed(1)
     imgs = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen) for h, w in [(5, 7), (4, 9), (6, 6)]]
     imgs.append(torch.randint(0, 65536, (3, 3, 3), dtype=torch.int32, generator=gen))
-    canvas = pipeline.padded_canvas(imgs, torch.float32)
+    canvas = transforms.padded_canvas(imgs, torch.float32)
     assert tuple(canvas.shape) == (4, 3, 6, 9)
     for j, img in enumerate(imgs):
         _, h, w = img.shape
@@ -200,9 +201,9 @@ def test_an_images_resize_does_not_depend_on_its_batch() -> None:
     import torch
 
     gen = torch.Generator().manual_seed(5)
-    decs = [pipeline.Decoded(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen), 255.0)
+    decs = [decode.Decoded(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen), 255.0)
             for h, w in [(300, 500), (100, 90), (700, 640), (33, 41)]]  # fmt: skip
-    decs.append(pipeline.Decoded(torch.randint(0, 65536, (3, 120, 80), dtype=torch.int32, generator=gen), 65535.0))
-    together = pipeline.crop_resize_batch(decs, 32)
+    decs.append(decode.Decoded(torch.randint(0, 65536, (3, 120, 80), dtype=torch.int32, generator=gen), 65535.0))
+    together = transforms.crop_resize_batch(decs, 32)
     for dec, unit in zip(decs, together, strict=True):
-        assert torch.equal(pipeline.crop_resize_batch([dec], 32)[0], unit)
+        assert torch.equal(transforms.crop_resize_batch([dec], 32)[0], unit)

@@ -14,8 +14,9 @@ import pytest
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.images import supervisor
 from gpuprov.images.queue import QueueUnavailable
+from gpuprov.images.slots import Slot
 from gpuprov.images.supervisor import SlotState, _run_slots
-from gpuprov.images.worker import EXIT_QUEUE_DOWN, Slot, WorkerConfig
+from gpuprov.images.worker import EXIT_QUEUE_DOWN, WorkerConfig
 
 
 def _starter(codes: Callable[[int], int], starts: list[float], sleep_s: float = 0.0,

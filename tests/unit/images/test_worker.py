@@ -17,21 +17,12 @@ from PIL import Image
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.manifest import write_manifest
-from gpuprov.images.pipeline import MEM_BUDGET_ENV
+from gpuprov.images.memory import MEM_BUDGET_ENV
 from gpuprov.images.queue import open_queue
+from gpuprov.images.slots import DEFAULT_PROCS_PER_GPU, DeviceMismatch, Slot, replicate, resolve_slots, self_check
+from gpuprov.images.stages import Committer, LeaseKeeper, claims
 from gpuprov.images.supervisor import SlotState, supervise, worker_env
-from gpuprov.images.worker import (
-    DEFAULT_PROCS_PER_GPU,
-    Committer,
-    LeaseKeeper,
-    Slot,
-    WorkerConfig,
-    _claims,
-    replicate,
-    resolve_slots,
-    self_check,
-    worker_main,
-)
+from gpuprov.images.worker import WorkerConfig, worker_main
 
 BUS_ORDER = [("GPU-d150", "00000000:01:00.0"), ("GPU-0a01", "00000000:07:00.0"), ("GPU-0a02", "00000000:47:00.0")]
 
@@ -91,7 +82,7 @@ def test_claims_hash_the_bytes_in_the_reading_thread(tmp_path: Path) -> None:
     q = open_queue(f"sqlite:///{tmp_path}/q.db")
     q.submit([{"path": str(p)} for p in paths] + [{"path": str(tmp_path / "gone.jpg")}])
     keeper = LeaseKeeper(q, "w", 30.0)
-    claimed = next(_claims(q, "w", lambda: 10, keeper))
+    claimed = next(claims(q, "w", lambda: 10, keeper))
     read = {t.id: data for t, data in claimed.entries}
     assert len(read) == 5
     for t, data in claimed.entries:
@@ -106,8 +97,6 @@ def test_claims_hash_the_bytes_in_the_reading_thread(tmp_path: Path) -> None:
 def test_self_check_on_cpu_and_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert self_check(Slot("cpu0")) == "cpu"
     import torch
-
-    from gpuprov.images.worker import DeviceMismatch
 
     props = SimpleNamespace(uuid="d150", pci_domain_id=0, pci_bus_id=1, pci_device_id=0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -263,8 +252,7 @@ def test_supervise_stops_following_workers_when_asked(tmp_path: Path) -> None:
 
 def test_decode_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit() -> None:
     """A decode that runs out of memory is retried in halves; an image too big on its own is a DecodeError."""
-    from gpuprov.images.pipeline import Decoded, DecodeError
-    from gpuprov.images.worker import decode_split
+    from gpuprov.images.decode import Decoded, DecodeError, decode_split
 
     class Tight:
         """Device memory for 3 images at a time; the blob b"huge" never fits."""
@@ -298,8 +286,8 @@ def test_unreadable_kinds_of_file_fail_alone(tmp_path: Path) -> None:
     """An empty file is a decode error and a FIFO a read error (reading it would block the worker forever)."""
     import os
 
-    from gpuprov.images.pipeline import DecodeError, Decoder
-    from gpuprov.images.worker import _read_image
+    from gpuprov.images.decode import DecodeError, Decoder
+    from gpuprov.images.stages import _read_image
 
     (out,) = Decoder("cpu").decode([b""])
     assert isinstance(out, DecodeError) and "empty file" in str(out)
@@ -462,7 +450,7 @@ def test_gpus_without_a_usable_gpu_name_the_fix(caplog: pytest.LogCaptureFixture
     for nvml in (NoDriver(), NoGPU()):
         with pytest.raises(EnvironmentMissing, match=r"--gpus 0: NVML .*--gpus cpu runs on the CPU"):
             resolve_slots("0", nvml=nvml)
-        with caplog.at_level("WARNING", logger="gpuprov.images.worker"):
+        with caplog.at_level("WARNING", logger="gpuprov.images.slots"):
             assert [s.name for s in resolve_slots("all", nvml=nvml)] == ["cpu0"]
         assert "running on the CPU" in caplog.text
         caplog.clear()

@@ -1,0 +1,23 @@
+"""torch and torchvision, imported on first use.
+
+They are optional for gpuprov (the ``images`` extra), so the rest of gpuprov never pays for them; at this
+boundary they are typed ``Any``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from gpuprov.exceptions import EnvironmentMissing
+
+
+def torch_modules() -> tuple[Any, Any]:
+    """``(torch, torchvision)``, imported on first use; raises EnvironmentMissing without the extra."""
+    try:
+        import torch
+
+        torchvision = importlib.import_module("torchvision")
+    except ImportError as exc:
+        raise EnvironmentMissing("gpuprov images needs torch and torchvision: pip install 'gpuprov[images]'") from exc
+    return torch, torchvision
