@@ -64,7 +64,8 @@ class Want:
     """A top-level package a role installs: ``name``; ``pattern``, a regex the whole Debian version must match
     ('' any); ``setting``/``value``, the fleet setting asking for it; ``cuda`` ("12.4"): pick the newest build
     of that CUDA major whose minor is not above it (the ``+cudaX.Y`` suffix, as the cudnn/nccl roles do);
-    ``same_as``: install at exactly the version chosen for that package (the driver set, case B09)."""
+    ``same_as``: install at exactly the version chosen for that package (the driver set, whose packages must never
+    differ in version)."""
 
     name: str
     pattern: str

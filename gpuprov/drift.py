@@ -146,7 +146,8 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
     branch = _none(want.get("driver_branch"))
     name = f"nvidia-fabricmanager-{branch}" if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
     # the version to match is the installed driver set's (what the host runs after its next boot, and what the
-    # role pins Fabric Manager to, case B11); NVML's reading (the loaded driver) only where no package says
+    # role pins Fabric Manager to: the daemon refuses to start at another version); NVML's reading (the loaded
+    # driver) only where no package says
     driver = _driver_set_version(packages) \
         or (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
     if not found and _adopting(packages) and not _driver_packages(packages, ("nvidia-driver",)) \
@@ -155,7 +156,8 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
                       "not managed: the driver was adopted as it is (no driver packages), so Fabric Manager is the "
                       "platform's too")
     if not found:
-        return _entry({"package": name, "version": driver}, found, False, f"{name} is not installed (case B11)")
+        return _entry({"package": name, "version": driver}, found, False,
+                      f"{name} is not installed (NVSwitch system: CUDA fails with 802 without it)")
     off = sorted(p for p, v in found.items() if driver and _upstream(v) != driver)
     return _entry({"package": name, "version": driver}, found, not off,
                   f"{', '.join(off)} differ from driver {driver}" if off else None)

@@ -18,7 +18,8 @@ MIB = 1024**2
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 ACS_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
 
-#: Kernel log lines of the cases (B25 RmInitAdapter and invalid region, B21 Xid 79 with and without the Xid).
+#: Kernel log lines of the faults (BAR1 not mapped: RmInitAdapter and invalid region; a lost GPU: Xid 79 with and
+#: without the Xid).
 LOG_RMINIT = [
     "kernel: NVRM: GPU 0000:00:06.0: RmInitAdapter failed! (0x22:0x56:667)",
     "kernel: NVRM: GPU 0000:00:06.0: rm_init_adapter failed, device minor number 0",

@@ -14,7 +14,8 @@ from gpuprov.exceptions import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The nvidia_driver role's confirmation of a branch or flavour change (case B08); the fleet file's
+#: The nvidia_driver role's confirmation of a branch or flavour change (a transition that
+#: removes the installed set, so it needs confirming); the fleet file's
 #: ``driver.allow_branch_change`` is its default, ``--allow-branch-change`` sets it for one run.
 BRANCH_CHANGE_VAR = "nvidia_driver_branch_change_ok"
 

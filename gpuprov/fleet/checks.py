@@ -115,7 +115,7 @@ def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
 
 
 def _check_monitoring(ctx: HostCheck, s: dict[str, Any]) -> None:
-    """Case B22: dcgm-exporter ``<dcgm>-<exporter>`` must be built for the DCGM the host runs, or it restarts in a
+    """dcgm-exporter ``<dcgm>-<exporter>`` must be built for the DCGM the host runs, or it restarts in a
     loop with "API version mismatch" (the monitoring role refuses it too, but only once it runs on the host)."""
     mon = s["monitoring"]
     exporter, dcgm = mon["dcgm_exporter_version"], mon["dcgm_version"] or DEFAULT_DCGM

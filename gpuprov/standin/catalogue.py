@@ -44,7 +44,7 @@ AUTOINSTALL=yes
 DKMS_POSTINST = """\
 # As dh_dkms does: add the source to DKMS, then build and install for each installed kernel that has
 # headers. A kernel without headers is skipped with a message and the package still installs (exit 0):
-# this is exactly how real hosts end up without a module (case B02).
+# this is exactly how real hosts end up without a module (their headers are for another kernel).
 if [ "$1" = configure ]; then
     if ! dkms status -m nvidia -v {version} | grep -q .; then
         dkms add -m nvidia -v {version}
@@ -179,9 +179,10 @@ def ubuntu_kernel(abi: str, flavour: str, meta_suffix: str, meta_version: str,
 # with one virtual name each (nvidia-driver-binary, nvidia-dkms-kernel, libnvidia-compute, nvidia-utils,
 # nvidia-compute-utils), so two branches never coexist and apt must remove one set to install another;
 # cuda-drivers-<b> depends on nvidia-driver-<b> (>=), cuda-drivers on the newest cuda-drivers-<b>, and
-# the `cuda` meta reaches cuda-drivers through cuda-runtime-X-Y (case B07). nvidia-fabricmanager-<b>
-# has no dependency on the driver, as NVIDIA's has none: nothing but the operator keeps their versions
-# equal, and the daemon refuses to start when they differ (case B11).
+# the `cuda` meta reaches cuda-drivers through cuda-runtime-X-Y (how it swaps a managed driver).
+# nvidia-fabricmanager-<b> has no dependency on the driver, as NVIDIA's has none: nothing but the operator
+# keeps their versions equal, and the daemon refuses to start when they differ (CUDA then fails with 802 on
+# NVSwitch systems).
 #
 # Lab hosts already carry the mock libnvidia-ml.so.1 and Debian's real nvidia-smi (gpuprov/lab/hardware.py),
 # which nothing from NVIDIA's packages may overwrite, so the stand-ins ship neither: libnvidia-compute-<b>
@@ -353,7 +354,7 @@ def cuda_metas(cuda: str, cuda_package_version: str, branch: str, driver_version
     """``cuda`` -> ``cuda-runtime-X-Y`` -> ``cuda-drivers`` -> ``cuda-drivers-<branch>``, as NVIDIA chains them.
 
     ``cuda_metas("12.8", "12.8.1-1", "570", "570.133.20")``: installing ``cuda`` pulls the newest driver
-    branch, which is how it swaps a separately managed driver (case B07).
+    branch, which is how it swaps a separately managed driver (docs/field-failures.md, 'The cuda meta-package').
     """
     xy = cuda.replace(".", "-")
     runtime = f"cuda-runtime-{xy}"

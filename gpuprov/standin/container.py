@@ -9,17 +9,17 @@ shell stubs with the failure signatures of the real ones:
 * ``nvidia-container-cli [--root R] [--cgroup-root C] info`` fails with
   ``cgroup subsystem devices not found`` when the library version is below 1.8.0 (the first release
   with cgroup v2 support, NVIDIA's libnvidia-container changelog) and ``C`` (default ``/sys/fs/cgroup``)
-  is a unified hierarchy (``cgroup.controllers`` present, no ``devices/``) - case B13; and with
-  ``load library failed: libnvidia-ml.so.1`` when no ``libnvidia-ml.so.1`` lies under ``R``'s library
-  directories - case B15. Without ``--root`` it reads ``root`` from the ``[nvidia-container-cli]`` table
-  of ``/etc/nvidia-container-runtime/config.toml``.
+  is a unified hierarchy (``cgroup.controllers`` present, no ``devices/``), as old libraries do on a cgroup v2
+  host; and with ``load library failed: libnvidia-ml.so.1`` when no ``libnvidia-ml.so.1`` lies under ``R``'s
+  library directories, as with a containerised-driver root on a host-installed driver. Without ``--root`` it
+  reads ``root`` from the ``[nvidia-container-cli]`` table of ``/etc/nvidia-container-runtime/config.toml``.
 * ``nvidia-container-runtime`` execs ``runc`` with its arguments (the real one adds the prestart hook).
 * ``nvidia-ctk --version`` prints the toolkit version.
 
 ``/etc/nvidia-container-runtime/config.toml`` is created by ``nvidia-container-toolkit-base``'s postinst
 only where it does not exist, as current real packages do (their postinst runs ``nvidia-ctk config
 --in-place``; the file is no longer a dpkg conffile), with the real commented defaults, so an admin's
-edited file - or a wrong root carried over from an old install (B15) - survives an upgrade, and the
+edited file - or a wrong driver root carried over from an old install - survives an upgrade, and the
 role's merge is tested against the file it meets on real hosts. The default is kept in
 ``/usr/share/gpuprov-standin/nvidia-container-toolkit/config.toml``.
 
@@ -40,7 +40,7 @@ from gpuprov.standin.repo import build_repository
 
 log = logging.getLogger(__name__)
 
-#: Versions built into the stand-in repository: one below the cgroup v2 floor (case B13's 1.3.2-1) and
+#: Versions built into the stand-in repository: one below the cgroup v2 floor (1.3.2-1, which fails on cgroup v2) and
 #: the role's default pin (NVIDIA's release of 2025-06, libnvidia-container 1.17.8).
 VERSIONS = ("1.3.2-1", "1.17.8-1")
 

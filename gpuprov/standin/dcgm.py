@@ -1,4 +1,5 @@
-"""Stand-ins for NVIDIA DCGM and dcgm-exporter, for the monitoring role's tests (case B22).
+"""Stand-ins for NVIDIA DCGM and dcgm-exporter, for the monitoring role's tests (an exporter built for another
+DCGM than the host engine's; docs/field-failures.md, 'dcgm-exporter built for another DCGM').
 
 * ``datacenter-gpu-manager`` packages (:func:`dcgm_package`, two versions in :data:`DCGM_VERSIONS`) whose
   ``/usr/bin/nv-hostengine`` is a tiny Python host engine: ``--version`` prints ``Version : <v>`` as the

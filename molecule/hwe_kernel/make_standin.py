@@ -7,7 +7,7 @@ Every host gets the local fact the lab writes, ``/etc/ansible/facts.d/gpuprov.fa
 a stand-in Debian archive, ``debian-archive``, with what the role installs from Debian's: the headers of
 DEBIAN_KERNEL (a placeholder tree) and the ``linux-headers-amd64`` meta at VERSION. prepare.yml makes it
 the only base-OS source, so the scenario runs offline and fast (the real Debian headers, and DKMS
-building against them, are the kernel tests' ground: tests/integration/test_b02_kernel_headers.py).
+building against them, are the kernel tests' ground: tests/integration/test_kernel_headers.py).
 The Ubuntu 20.04 stand-in also gets what ``gpuprov lab up`` gives it (gpuprov/lab/repo.py): the stand-in
 Ubuntu archive with ``linux-generic-hwe-20.04`` (gpuprov.standin.catalogue.lab_ubuntu_archive_packages:
 the HWE 5.15.0-105-generic image and headers, the headers linked to those of DEBIAN_KERNEL). Both are

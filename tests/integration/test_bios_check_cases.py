@@ -1,4 +1,5 @@
-"""Cases B04, B16, B21, B25 and the PCIe profiles: playbooks/bios_check.yml (and site.yml for B04) in a debian12
+"""Secure Boot, ACS/IOMMU, lost GPUs, large-BAR faults (docs/field-failures.md) and the PCIe profiles:
+playbooks/bios_check.yml (and site.yml for Secure Boot) in a debian12
 lab container through ansible-runner's Python API, with the mock NVML profile installed in the container and
 sysfs/procfs/kernel-log fixture trees copied in (tests/bios_check_fixtures.py). Outcomes come from the runner's
 stats and events and from the report file, never from stdout.
@@ -223,7 +224,7 @@ def test_pcie_downtrained_fails_with_fix(tmp_path: Path, lab_host: Any) -> None:
     ],
     ids=["above4g-off", "no-devices", "empty-bar1"],
 )
-def test_b25_large_bar_firmware_fault(
+def test_large_bar_firmware_fault(
     tmp_path: Path, lab_host: Any, profile: str, tree: Tree, expected: list[tuple[str, str]]
 ) -> None:
     _prepare(lab_host, tmp_path, profile, tree)
@@ -236,7 +237,7 @@ def test_b25_large_bar_firmware_fault(
     assert "enable Above 4G Decoding" in msg
 
 
-def test_b21_xid79_is_a_hardware_fault(tmp_path: Path, lab_host: Any) -> None:
+def test_xid79_is_a_hardware_fault(tmp_path: Path, lab_host: Any) -> None:
     buses = [b if i != 1 else "0000:3b:00.0" for i, b in enumerate(A100X8_BUS)]
     tree = Tree(gpus=[Gpu(b, bar1_size=128 * GIB) for b in buses], kernel_log=LOG_XID79, proc_gpus=buses)
     _prepare(lab_host, tmp_path, "xid79", tree)
@@ -247,7 +248,7 @@ def test_b21_xid79_is_a_hardware_fault(tmp_path: Path, lab_host: Any) -> None:
     assert "hardware fault" in msg and "this is not a driver install problem" in msg
 
 
-def test_b16_acs_and_iommu_warn(tmp_path: Path, lab_host: Any) -> None:
+def test_acs_and_iommu_warn(tmp_path: Path, lab_host: Any) -> None:
     bridges = {
         "0000:03:08.0": ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"],
         "0000:03:10.0": ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"],
@@ -256,19 +257,19 @@ def test_b16_acs_and_iommu_warn(tmp_path: Path, lab_host: Any) -> None:
     tree.gpus[0].bridges = ["0000:02:00.0", "0000:03:08.0"]
     tree.gpus[1].bridges = ["0000:02:00.0", "0000:03:10.0"]
     _prepare(lab_host, tmp_path, "h200x2", tree)
-    runner = _run(tmp_path, lab_host, "b16", extravars=H200)
+    runner = _run(tmp_path, lab_host, "acs-iommu", extravars=H200)
     assert runner.status == "successful"  # warn does not fail by default
     warns = [(f["id"], f["subject"]) for f in _findings(runner) if f["severity"] == "warn"]
     assert warns == [("acs_redirect", "0000:03:08.0"), ("acs_redirect", "0000:03:10.0"), ("iommu_translating", "iommu")]
-    strict = _run(tmp_path, lab_host, "b16-strict", extravars={**H200, "bios_check_fail_on": ["fail", "warn"]})
+    strict = _run(tmp_path, lab_host, "acs-iommu-strict", extravars={**H200, "bios_check_fail_on": ["fail", "warn"]})
     assert strict.status == "failed"
     assert "iommu=pt" in _failure_msg(strict)
 
 
-def test_b04_secure_boot_without_signing_plan_stops_before_install(tmp_path: Path, lab_host: Any) -> None:
+def test_secure_boot_without_signing_plan_stops_before_install(tmp_path: Path, lab_host: Any) -> None:
     _prepare(lab_host, tmp_path, "driver-not-loaded", healthy_h200(efi=True, secure_boot=1, driver_loaded=False))
     plan = {"gpuprov_driver_method": "cuda-repo"}
-    runner = _run(tmp_path, lab_host, "b04", playbook="site.yml", extravars=plan)
+    runner = _run(tmp_path, lab_host, "secure-boot", playbook="site.yml", extravars=plan)
     assert runner.status == "failed"
     assert _fails(_findings(runner)) == [("secure_boot_unsigned_modules", "firmware")]
     assert "enroll a MOK key" in _failure_msg(runner)
@@ -283,7 +284,7 @@ def test_b04_secure_boot_without_signing_plan_stops_before_install(tmp_path: Pat
     signed = _run(
         tmp_path,
         lab_host,
-        "b04-key",
+        "secure-boot-key",
         extravars={**plan, "gpuprov_secure_boot_mok_key": "/etc/k.priv", "gpuprov_secure_boot_mok_cert": "/etc/k.der"},
     )
     assert signed.status == "successful"

@@ -1,4 +1,5 @@
-"""Cases B04, B05, B07, B08, B09 and B11 for the nvidia_driver role, in one debian12 lab container.
+"""The nvidia_driver role's field failures (docs/field-failures.md: Secure Boot, the repository signing key,
+the `cuda` meta, upgrades splitting the set, Fabric Manager, the branch change) in one debian12 lab container.
 
 The container (systemd, dkms, gcc, make, the real headers of its kernel) serves a signed stand-in of
 NVIDIA's CUDA repository on its loopback: the 535 and 550 driver sets at NVIDIA's debian12 versions
@@ -8,7 +9,8 @@ nvidia-compute-utils with nvidia-persistenced, nvidia-fabricmanager, cuda-driver
 gpuprov.runner; outcomes come from its stats and from the host (dpkg, apt, dkms, systemd).
 
 The tests share the container and run in file order, each starting from the state the previous one left
-(B04 on the fresh host, B05 converges it, B07 before B09 publishes newer 535 builds, B08 last). Loading the
+(Secure Boot on the fresh host, the repository key converges it, the `cuda` meta before the upgrade test
+publishes newer 535 builds, the branch change last). Loading the
 module into the shared kernel is out of reach; the module DKMS built for the container's kernel is checked
 instead.
 """
@@ -33,7 +35,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 V535, V535_NEW, V550 = "535.183.01", "535.261.03", "550.127.05"
 # Upgrades read only the stand-in repository's source: the Debian mirror would bring a newer kernel (a
-# pending kernel the role then rightly builds the module for, which is B02's business, not B09's).
+# pending kernel the role then rightly builds the module for, which the kernel-headers tests cover, not this one).
 ONLY_STANDIN = ("-o Dir::Etc::SourceList=/etc/apt/sources.list.d/cuda-gpuprov.sources "
                 "-o Dir::Etc::SourceParts=/nonexistent")
 SET = ("nvidia-driver-{b}", "nvidia-dkms-{b}", "libnvidia-compute-{b}", "nvidia-utils-{b}", "nvidia-compute-utils-{b}")
@@ -103,7 +105,7 @@ def _ok(h: Host, result: RunResult) -> RunResult:
     return result
 
 
-def test_b04_secure_boot_without_key_refuses_before_installing(host: Host) -> None:
+def test_secure_boot_without_key_refuses_before_installing(host: Host) -> None:
     result = host.play(nvidia_driver_secure_boot="enabled")
     assert result.failed_hosts == [host.name]
     message = host.failures(result)
@@ -115,7 +117,7 @@ def test_b04_secure_boot_without_key_refuses_before_installing(host: Host) -> No
     assert "nvidia" not in host.sh("dkms status")
 
 
-def test_b05_repository_pinned_to_its_key_without_duplicates(host: Host) -> None:
+def test_repository_pinned_to_its_key_without_duplicates(host: Host) -> None:
     url = host.repo_vars["nvidia_driver_cuda_repo_url"]
     # earlier installs left the same URL three more times: a one-line list (from install_repository), a line
     # in sources.list and a half-migrated deb822 file naming another keyring, so apt-get update fails
@@ -149,14 +151,14 @@ def test_b05_repository_pinned_to_its_key_without_duplicates(host: Host) -> None
     assert again.hosts[host.name].changed == 0
 
 
-def test_b07_cuda_meta_cannot_replace_the_driver(host: Host) -> None:
+def test_cuda_meta_cannot_replace_the_driver(host: Host) -> None:
     before, held = host.versions(), host.holds()
     assert {n.format(b="535") for n in SET} <= held
     # without gpuprov's preferences and holds the lab reproduces the swap: cuda replaces the 535 set with 550.
     # --ignore-hold (APT::Ignore-Hold), not --allow-change-held-packages: the latter only lets apt-get carry out
     # a plan that changes held packages, while the resolver still refuses to remove them ("pkgProblemResolver::
-    # Resolve generated breaks, this may be caused by held packages"). This runs before B09 offers newer 535
-    # builds: with a newer candidate for the installed libnvidia-compute-535 (and siblings), apt 2.6 answers the
+    # Resolve generated breaks, this may be caused by held packages"). This runs before the upgrade test offers newer
+    # 535 builds: with a newer candidate for the installed libnvidia-compute-535 (and siblings), apt 2.6 answers the
     # unversioned Conflicts on their virtual names by upgrading them rather than removing them, and gives up
     # with the same error whatever the holds, so the plan would show apt's limit, not the swap
     plain = host.rc("apt-get -s --ignore-hold -o Dir::Etc::PreferencesParts=/nonexistent "
@@ -186,7 +188,7 @@ def test_b07_cuda_meta_cannot_replace_the_driver(host: Host) -> None:
     host.sh("dpkg --purge cuda >/dev/null")
 
 
-def test_b09_apt_upgrade_cannot_split_the_driver_set(host: Host) -> None:
+def test_apt_upgrade_cannot_split_the_driver_set(host: Host) -> None:
     before = host.versions()
     host.publish(_specs(newer_535=True))
     # the repository really offers a newer build of every package of the set
@@ -212,7 +214,7 @@ def test_b09_apt_upgrade_cannot_split_the_driver_set(host: Host) -> None:
     assert host.versions() == before
 
 
-def test_b11_fabric_manager_at_the_driver_version(host: Host) -> None:
+def test_fabric_manager_at_the_driver_version(host: Host) -> None:
     first = _ok(host, host.play(gpuprov_gpus_nvswitch="true"))
     assert first.hosts[host.name].changed > 0
     assert host.versions()["nvidia-fabricmanager-535"] == f"{V535}-1"
@@ -240,7 +242,7 @@ def test_b11_fabric_manager_at_the_driver_version(host: Host) -> None:
     assert again.hosts[host.name].changed == 0
 
 
-def test_b08_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
+def test_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
     before = host.versions()
     # the branch comes as the fleet file's driver.branch does: rendered to gpuprov_driver_branch (gpuprov/render.py)
     refused = host.play(gpuprov_driver_branch="550", gpuprov_gpus_nvswitch="true")

@@ -1,5 +1,5 @@
 """The mig role's engine (the collection's plugins/module_utils/mig.py) against the mock NVML, in this process:
-assert-then-apply, idempotence, refusal on GPUs without MIG (v100x4), a held GPU, and the B18 reboot
+assert-then-apply, idempotence, refusal on GPUs without MIG (v100x4), a held GPU, and a reboot
 (instances gone, MIG mode kept) followed by a re-apply. No containers: fast, and the same engine the
 mig_layout module and gpuprov-mig.service run."""
 
@@ -77,7 +77,7 @@ def test_apply_then_assert_is_idempotent(gpu_host: Callable[[str], Path]) -> Non
     assert {gpu["state"] for gpu in again["gpus"]} == {"ok"}
 
 
-def test_b18_reboot_loses_instances_keeps_mode_and_reapply_restores(
+def test_reboot_loses_instances_keeps_mode_and_reapply_restores(
     gpu_host: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gpu_host("a100x8-nvswitch")

@@ -113,7 +113,7 @@ def test_faults_as_nvidia_smi_shows_them(nvidia_smi: Path, lib_dir: Path, profil
         ("pcie-idle-downclock", "pcie.link.gen.current,pcie.link.gen.max", ["1, 5", "1, 5"]),
         ("rtx3090x4", "pcie.link.width.max,ecc.mode.current,mig.mode.current", ["8, [N/A], [N/A]"] * 4),
         (
-            "heterogeneous-b24",
+            "heterogeneous-ordering",
             "name,pci.bus_id",
             ["DGX Display, 00000000:01:00.0"]
             + [f"NVIDIA A100-SXM4-80GB, 00000000:{b}:00.0" for b in ("07", "47", "81", "C2")],
@@ -164,7 +164,7 @@ def _mock_errors(xml_file: Path) -> list[str]:
         ("xid79", ()),
         ("no-devices", ()),
         ("driver-mismatch", ()),
-        ("heterogeneous-b24", ("-q",)),
+        ("heterogeneous-ordering", ("-q",)),
     ],
 )
 def test_valgrind_clean(nvidia_smi: Path, lib_dir: Path, tmp_path: Path, profile: str, args: tuple[str, ...]) -> None:

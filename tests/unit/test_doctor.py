@@ -28,7 +28,7 @@ from tests.bios_check_fixtures import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-B24_BUS = ["0000:01:00.0", "0000:07:00.0", "0000:47:00.0", "0000:81:00.0", "0000:c2:00.0"]
+MIXED_BUS = ["0000:01:00.0", "0000:07:00.0", "0000:47:00.0", "0000:81:00.0", "0000:c2:00.0"]
 KERNEL = "6.1.0-28-amd64"
 SCRIPT = (
     "import json, sys; from gpuprov.doctor import local_facts; "
@@ -103,10 +103,10 @@ def test_healthy_profiles_have_no_diagnosis(profile: str, mock_lib_dir: Path, tm
     assert doctor.diagnose(facts) == []
 
 
-def test_heterogeneous_b24_has_no_diagnosis(mock_lib_dir: Path, tmp_path: Path) -> None:
-    tree = Tree(gpus=[Gpu(b, bar1_size=(256 if i == 0 else 128 * 1024) * 1024**2) for i, b in enumerate(B24_BUS)],
+def test_heterogeneous_ordering_has_no_diagnosis(mock_lib_dir: Path, tmp_path: Path) -> None:
+    tree = Tree(gpus=[Gpu(b, bar1_size=(256 if i == 0 else 128 * 1024) * 1024**2) for i, b in enumerate(MIXED_BUS)],
                 module_version="535.183.01", daemons=["nv-fabricmanager"])
-    facts = collect(mock_lib_dir, tmp_path, "heterogeneous-b24", tree)
+    facts = collect(mock_lib_dir, tmp_path, "heterogeneous-ordering", tree)
     assert facts["nvml"]["count"] == 5
     assert doctor.diagnose(facts) == []
 

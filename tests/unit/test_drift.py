@@ -92,7 +92,7 @@ def test_driver_drift_by_package_version_and_nvml(nvml: dict[str, Any]) -> None:
 
 def test_fabric_manager_missing_or_mismatched_on_nvswitch(nvml: dict[str, Any]) -> None:
     without = PACKAGES.replace("nvidia-fabricmanager-580\t580.159.04-1\tii \n", "")
-    assert "case B11" in drift.compare(_fact(nvml, installed__packages=without))["fabric_manager"]["note"]
+    assert "CUDA fails with 802" in drift.compare(_fact(nvml, installed__packages=without))["fabric_manager"]["note"]
     old = PACKAGES.replace("nvidia-fabricmanager-580\t580.159.04-1", "nvidia-fabricmanager-580\t580.95.05-1")
     assert drift.compare(_fact(nvml, installed__packages=old))["fabric_manager"]["note"] == (
         "nvidia-fabricmanager-580 differ from driver 580.159.04")
@@ -140,7 +140,7 @@ def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
                              installed__mig_instances=MIG_LGI))
     assert ok["mig"]["in_sync"], ok["mig"]
     lost = drift.compare(_fact(facts, desired__mig_layout="mixed", desired__mig_layouts=layouts,
-                               installed__mig_instances=""))  # case B18: instances gone after a reboot
+                               installed__mig_instances=""))  # instances gone after a reboot
     assert lost["mig"]["note"] == "GPU 0: instances none, wanted 2 x 1g.18gb, 1 x 3g.71gb"
     off = drift.compare(_fact(nvml, desired__mig_layout="mixed", desired__mig_layouts=layouts))
     assert "GPU 0: MIG off, wanted on" in off["mig"]["note"]

@@ -148,7 +148,7 @@ def test_kernel_module_version_from_sysfs(tmp_path: Path) -> None:
     (tmp_path / "module" / "nvidia").mkdir(parents=True)
     (tmp_path / "module" / "nvidia" / "version").write_text("460.56\n", encoding="utf-8")
     facts = load_collector_facts(FakeNvml(init_error="NVML_ERROR_LIB_RM_VERSION_MISMATCH"), sysfs_root=tmp_path)
-    assert facts["kernel_module_version"] == "460.56"  # case B09: the module, not the userland, is old
+    assert facts["kernel_module_version"] == "460.56"  # version mismatch: the module, not the userland, is old
 
 
 def load_collector_facts(fake: FakeNvml, **roots: Path) -> dict[str, Any]:
@@ -257,7 +257,7 @@ MOCK_EXPECTATIONS: dict[str, Any] = {
     "driver-mismatch": lambda f: f["available"] is False and f["error_name"] == "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
     "driver-not-loaded": lambda f: f["available"] is False and f["error_name"] == "NVML_ERROR_DRIVER_NOT_LOADED",
     "no-gpu": lambda f: f["available"] is False and f["error_name"] == "NVML_ERROR_DRIVER_NOT_LOADED",
-    "heterogeneous-b24": lambda f: f["count"] == 5 and len({g["name"] for g in _gpus(f)}) == 2
+    "heterogeneous-ordering": lambda f: f["count"] == 5 and len({g["name"] for g in _gpus(f)}) == 2
     and len({g["uuid"] for g in _gpus(f)}) == 5,
 }
 

@@ -124,7 +124,7 @@ def test_proxy_reaches_every_play_as_its_environment(tmp_path: Path, monkeypatch
                          for play in plays)
 
 
-def test_b08_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None:
+def test_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None:
     """driver.allow_branch_change renders as gpuprov_driver_allow_branch_change per host (group and host
     overrides included), and the nvidia_driver role's default for its confirmation, templated with each host's
     variables, follows it; an extra variable (gpuprov apply --allow-branch-change) wins over the fleet's false."""

@@ -27,7 +27,7 @@
  * of PID 1, which changes when a container restarts).  Loaded in another
  * boot, the GPU behaves as after a real reboot: every GI and CI is gone and
  * the pending MIG mode has become current - MIG mode persists, the layout
- * does not (case B18).
+ * does not (see docs/field-failures.md, 'MIG instances gone after a reboot').
  *
  * Sources: NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles"
  * (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/) for profile

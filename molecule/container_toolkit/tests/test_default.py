@@ -1,7 +1,8 @@
 """Real state after the container_toolkit role on a host upgraded in place with an old toolkit and the
 admin's own engine configuration (prepare.yml): packages and holds, apt source, merged daemon.json /
 config.toml (admin keys and comments kept, nvidia runtime added), what dockerd and containerd load, and
-the refusals and stub results recorded for cases B13, B14 and B15.
+the refusals and stub results recorded for the cgroup v2, default-runtime and driver-root failures
+(docs/field-failures.md).
 
 Parsing happens here, on the controller (json, tomlkit), from the files' content on the host.
 """
@@ -72,7 +73,7 @@ def test_dockerd_runs_with_the_admin_config_and_lists_nvidia(host):
     assert host.check_output("docker info --format '{{.DefaultRuntime}}'") == expected_default
 
 
-def test_b14_containerd_runtime_merged_admin_settings_kept(host):
+def test_containerd_runtime_merged_admin_settings_kept(host):
     text = host.file("/etc/containerd/config.toml").content_string
     assert text.startswith("# Site containerd configuration - owned by the platform team")
     assert "SystemdCgroup = true  # kubelet uses the systemd cgroup driver" in text
@@ -90,7 +91,7 @@ def test_b14_containerd_runtime_merged_admin_settings_kept(host):
     assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
 
 
-def test_b14_default_runtime_or_runtimeclass(host):
+def test_default_runtime_or_runtimeclass(host):
     default = containerd_toml(host)["plugins"][CRI]["containerd"]["default_runtime_name"]
     dump = host.check_output("containerd config dump")
     assert "containerd.runtimes.nvidia]" in dump
@@ -110,20 +111,20 @@ def test_b14_default_runtime_or_runtimeclass(host):
     assert host.service("containerd").is_running
 
 
-def test_b13_old_library_failed_on_the_v2_fixture_before(host):
-    before = host.file(f"{RESULTS}/b13-before.txt").content_string
+def test_old_library_failed_on_the_v2_fixture_before(host):
+    before = host.file(f"{RESULTS}/cgroup-v2-before.txt").content_string
     assert "cgroup subsystem devices not found" in before
 
 
-def test_b13_pin_below_floor_refused_naming_pin_and_versions(host):
-    msg = host.file(f"{RESULTS}/b13-refusal.txt").content_string
+def test_pin_below_floor_refused_naming_pin_and_versions(host):
+    msg = host.file(f"{RESULTS}/cgroup-v2-refusal.txt").content_string
     assert "cgroup v2 host needs libnvidia-container >= 1.8.0" in msg
     assert "container_toolkit_version pins 1.3.2-1" in msg
     assert "(installed 1.3.2-1)" in msg
     assert "/opt/gpuprov-cgroup-v2 is a unified hierarchy" in msg
 
 
-def test_b13_upgraded_library_works_on_the_v2_fixture(host):
+def test_upgraded_library_works_on_the_v2_fixture(host):
     result = json.loads(host.file(f"{RESULTS}/result.json").content_string)
     assert result["cgroup_mode"] == "unified"
     out = host.run("nvidia-container-cli --cgroup-root /opt/gpuprov-cgroup-v2 info")
@@ -132,10 +133,10 @@ def test_b13_upgraded_library_works_on_the_v2_fixture(host):
     assert not host.file("/opt/gpuprov-cgroup-v2/devices").exists
 
 
-def test_b15_wrong_root_failed_before_and_was_refused_with_both_paths(host):
-    before = host.file(f"{RESULTS}/b15-before.txt").content_string
+def test_wrong_root_failed_before_and_was_refused_with_both_paths(host):
+    before = host.file(f"{RESULTS}/driver-root-before.txt").content_string
     assert "load library failed: libnvidia-ml.so.1" in before
-    msg = host.file(f"{RESULTS}/b15-refusal.txt").content_string
+    msg = host.file(f"{RESULTS}/driver-root-refusal.txt").content_string
     assert "config root /run/nvidia/driver has no libnvidia-ml.so.1" in msg
     # ldconfig may name the merged-/usr alias /lib/x86_64-linux-gnu as well
     located = msg.split("host driver libraries are in ", 1)[1].split(";", 1)[0].split(", ")
@@ -143,7 +144,7 @@ def test_b15_wrong_root_failed_before_and_was_refused_with_both_paths(host):
     assert "set container_toolkit_driver_root: /" in msg
 
 
-def test_b15_toolkit_config_points_at_host_driver(host):
+def test_toolkit_config_points_at_host_driver(host):
     text = host.file("/etc/nvidia-container-runtime/config.toml").content_string
     cli = tomlkit.parse(text)["nvidia-container-cli"]
     assert cli["root"] == "/"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 CONF = "/etc/modprobe.d/gpuprov-nouveau.conf"
-# Early-boot files prepare.yml seeded (B01): a blacklist left by an earlier attempt and a
+# Early-boot files prepare.yml seeded (the stale-initramfs state): a blacklist left by an earlier attempt and a
 # package-shipped file with an NVIDIA option.
 SEEDED = ["/etc/modprobe.d/blacklist-nouveau.conf", "/lib/modprobe.d/nvidia-graphics-drivers-lab.conf"]
 NVIDIA_VENDOR = "0x10de"

@@ -25,7 +25,7 @@ EXPECTED = {
     "driver-mismatch",
     "driver-not-loaded",
     "no-gpu",
-    "heterogeneous-b24",
+    "heterogeneous-ordering",
 }
 
 
@@ -68,7 +68,7 @@ def test_inheritance_all_gpus_and_overrides() -> None:
 
 
 def test_child_gpus_inherit_base_gpu_defaults() -> None:
-    gpus = load_profile("heterogeneous-b24")["gpus"]
+    gpus = load_profile("heterogeneous-ordering")["gpus"]
     assert [g["name"] for g in gpus] == ["DGX Display"] + ["NVIDIA A100-SXM4-80GB"] * 4
     assert gpus[0]["ecc_errors"] == {"error": "NOT_SUPPORTED"}  # an error replaces a mapping whole
     assert gpus[1]["ecc_errors"]["volatile"]["uncorrected"] == 0

@@ -209,7 +209,7 @@ def test_reboot_clears_instances_and_applies_the_pending_mode(
     n.nvmlInit()
     handle = n.nvmlDeviceGetHandleByIndex(0)
     assert n.nvmlDeviceGetMigMode(handle) == [1, 1]  # the mode survives the reboot
-    assert _gis(n, handle, 19) == []  # the instances do not (case B18)
+    assert _gis(n, handle, 19) == []  # the instances do not
     assert n.nvmlDeviceGetMigMode(n.nvmlDeviceGetHandleByIndex(1)) == [1, 1]  # pending applied at boot
     assert "boot=boot-2" in (tmp_path / "mock-nvml.state").read_text(encoding="utf-8")
 

@@ -142,8 +142,8 @@ def test_pcie_downtrained_vs_idle_downclock(nvml: Init) -> None:
     assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
 
 
-def test_heterogeneous_b24_bus_order(nvml: Init) -> None:
-    n = nvml("heterogeneous-b24")
+def test_heterogeneous_ordering_bus_order(nvml: Init) -> None:
+    n = nvml("heterogeneous-ordering")
     rows = []
     for i in range(n.nvmlDeviceGetCount()):
         h = n.nvmlDeviceGetHandleByIndex(i)

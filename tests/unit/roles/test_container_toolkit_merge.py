@@ -1,7 +1,7 @@
 """container_runtime_config (the collection's plugins/modules): before/after files for daemon.json,
 containerd config.toml (schema 2 and 3) and the toolkit's config.toml; idempotence (changed=false on a
 second run, file untouched); refusals; check mode, diff and atomic writes through the Ansible module
-entry point. The case B14 drift (an installer re-rendering config.toml without the nvidia table) is
+entry point. The containerd drift (an installer re-rendering config.toml without the nvidia table) is
 detected as a change and repaired without touching the installer's settings."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ BinaryName = "/usr/bin/nvidia-container-runtime"
   endpoint = ["https://registry-mirror.example.invalid"]
 """
 
-# What a cluster installer's template renders over the file: its own settings, no nvidia table (B14 drift).
+# What a cluster installer's template renders over the file: its own settings, no nvidia table (drift).
 INSTALLER_TEMPLATE = """\
 # Rendered by the cluster installer's template.
 version = 2
@@ -149,7 +149,7 @@ def test_docker_refuses_unexpected_shapes(merge: ModuleType, text: str) -> None:
 
 # --- containerd config.toml -----------------------------------------------------------------------
 
-def test_b14_containerd_before_after_file(merge: ModuleType) -> None:
+def test_containerd_nvidia_default_before_after_file(merge: ModuleType) -> None:
     before = CONTAINERD_BEFORE
     expected = CONTAINERD_AFTER_DEFAULT
     text, _, updated, extra = merge.merge_containerd(before, params(set_as_default=True))
@@ -158,7 +158,7 @@ def test_b14_containerd_before_after_file(merge: ModuleType) -> None:
     assert f"plugins.{CRI}.containerd.default_runtime_name" in updated
 
 
-def test_b14_containerd_runtimeclass_mode_keeps_default(merge: ModuleType) -> None:
+def test_containerd_runtimeclass_mode_keeps_default(merge: ModuleType) -> None:
     before = CONTAINERD_BEFORE
     text, _, _, extra = merge.merge_containerd(before, params())
     doc = tomlkit.parse(text)
@@ -167,7 +167,7 @@ def test_b14_containerd_runtimeclass_mode_keeps_default(merge: ModuleType) -> No
     assert doc["plugins"][CRI]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == RUNTIME
 
 
-def test_b14_containerd_twice_is_unchanged(merge: ModuleType) -> None:
+def test_containerd_twice_is_unchanged(merge: ModuleType) -> None:
     before = CONTAINERD_BEFORE
     first, _, _, _ = merge.merge_containerd(before, params(set_as_default=True))
     second, _, updated, _ = merge.merge_containerd(first, params(set_as_default=True))
@@ -175,7 +175,7 @@ def test_b14_containerd_twice_is_unchanged(merge: ModuleType) -> None:
     assert second == first
 
 
-def test_b14_drift_after_installer_rewrite_is_detected_and_repaired(merge: ModuleType) -> None:
+def test_containerd_drift_after_installer_rewrite_is_detected_and_repaired(merge: ModuleType) -> None:
     before = CONTAINERD_BEFORE
     configured, _, _, _ = merge.merge_containerd(before, params(set_as_default=True))
     # another tool re-renders the file from its own template: the nvidia table is gone
@@ -215,9 +215,9 @@ def test_containerd_refuses_schema_1_and_non_tables(merge: ModuleType, text: str
         merge.merge_containerd(text, params())
 
 
-# --- toolkit config.toml (B15) --------------------------------------------------------------------
+# --- toolkit config.toml (driver root) ------------------------------------------------------------
 
-def test_b15_toolkit_root_rendered_and_comments_kept(merge: ModuleType) -> None:
+def test_toolkit_root_rendered_and_comments_kept(merge: ModuleType) -> None:
     from gpuprov.standin.container import CONFIG_TOML
 
     seeded = CONFIG_TOML.replace('#root = "/run/nvidia/driver"', 'root = "/run/nvidia/driver"').replace(

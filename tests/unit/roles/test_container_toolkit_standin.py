@@ -1,5 +1,5 @@
 """The stand-in toolkit packages (gpuprov/standin/container.py) reproduce the failure signatures the
-container_toolkit tests rely on: the B13 cgroup v2 error below libnvidia-container 1.8.0 and the B15
+container_toolkit tests rely on: the cgroup v2 error below libnvidia-container 1.8.0 and the
 library-load error when the driver root lacks libnvidia-ml.so.1. The stub runs here, on the controller,
 against fixture directories."""
 
@@ -41,7 +41,7 @@ def run(cli: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(cli), *args, "info"], capture_output=True, text=True, check=False, timeout=30)
 
 
-def test_b13_stub_fails_on_unified_cgroup_below_floor(tmp_path: Path) -> None:
+def test_stub_fails_on_unified_cgroup_below_floor(tmp_path: Path) -> None:
     unified, driver, _ = fixture_roots(tmp_path)
     old = run(stub(tmp_path, "1.3.2-1"), "--cgroup-root", str(unified), "--root", str(driver))
     assert old.returncode == 1
@@ -53,7 +53,7 @@ def test_b13_stub_fails_on_unified_cgroup_below_floor(tmp_path: Path) -> None:
     assert run(stub(tmp_path, "1.3.2-1"), "--cgroup-root", str(unified), "--root", str(driver)).returncode == 0
 
 
-def test_b15_stub_fails_without_nvml_under_root(tmp_path: Path) -> None:
+def test_stub_fails_without_nvml_under_root(tmp_path: Path) -> None:
     _, driver, empty = fixture_roots(tmp_path)
     cli = stub(tmp_path, "1.17.8-1")
     bad = run(cli, "--cgroup-root", str(tmp_path / "none"), "--root", str(empty))

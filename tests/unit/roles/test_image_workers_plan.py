@@ -40,8 +40,8 @@ def _sysfs(root: Path, cpulists: dict[str, str], online: str = "0-127") -> Path:
     return root
 
 
-def test_b24_instances_follow_nvml_order_and_pin_by_uuid(tmp_path: Path) -> None:
-    facts = _facts("heterogeneous-b24")
+def test_instances_follow_nvml_order_and_pin_by_uuid(tmp_path: Path) -> None:
+    facts = _facts("heterogeneous-ordering")
     buses = [g["pci_bus_id_sysfs"] for g in facts["gpus"]]
     assert buses == sorted(buses)  # the profile is in PCI bus order, as NVML enumerates
     sysfs = _sysfs(tmp_path, {buses[0]: "0-31", buses[1]: "0-31", buses[2]: "32-63", buses[3]: "64-95,96-127"})
@@ -59,8 +59,8 @@ def test_b24_instances_follow_nvml_order_and_pin_by_uuid(tmp_path: Path) -> None
     assert buses[4] in got["fallbacks"][0]["reason"]
 
 
-def test_b24_operator_indexes_skip_the_display_gpu(tmp_path: Path) -> None:
-    facts = _facts("heterogeneous-b24")
+def test_operator_indexes_skip_the_display_gpu(tmp_path: Path) -> None:
+    facts = _facts("heterogeneous-ordering")
     got = plan_mod.plan(facts, [4, 2, 3, 1], str(_sysfs(tmp_path, {})))
     assert [i["instance"] for i in got["instances"]] == ["1", "2", "3", "4"]
     assert all(i["name"] != "DGX Display" for i in got["instances"])

@@ -100,7 +100,7 @@ def _tree(root: Path, kernels: dict[str, bool], module_for: list[str]) -> dict[s
             "src_dir": str(root / "usr/src"), "modules": ["nvidia"]}
 
 
-def test_b02_matrix_and_problem_message(info: ModuleType, tmp_path: Path) -> None:
+def test_headers_for_another_kernel_matrix_and_problem_message(info: ModuleType, tmp_path: Path) -> None:
     params = _tree(tmp_path, {"5.4.0-190-generic": True, "5.15.0-105-generic": False}, ["5.4.0-190-generic"])
     entries = info.parse_dkms_status(
         "nvidia/535.183.01, 5.15.0-119-generic, x86_64: installed\n"

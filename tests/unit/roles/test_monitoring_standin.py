@@ -1,6 +1,6 @@
 """The DCGM stand-ins the monitoring role's tests run against (gpuprov/standin/dcgm.py), run for real here:
 the host engine serves its version, dcgmi reports both its own and the engine's, and the exporter refuses an
-engine of another DCGM with "API version mismatch" (case B22) while serving every collectors field otherwise."""
+engine of another DCGM with "API version mismatch" while serving every collectors field otherwise."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _exporter(tmp_path: Path, version: str) -> Path:
     return path
 
 
-def test_b22_exporter_for_another_dcgm_exits_with_api_mismatch(engine: tuple[Path, int], tmp_path: Path) -> None:
+def test_exporter_for_another_dcgm_exits_with_api_mismatch(engine: tuple[Path, int], tmp_path: Path) -> None:
     _, port = engine
     exporter = _exporter(tmp_path, "3.3.9-3.6.1")
     proc = subprocess.run([sys.executable, str(exporter), "-r", f"127.0.0.1:{port}"], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""Case B02 in the lab: headers for a different kernel than the running one, no module for it.
+"""In the lab: headers for a different kernel than the running one, and no module for it.
 
 A debian12 lab container (dkms, gcc, make and real headers for its Debian kernel) gets Ubuntu-named
 stand-in packages from a signed local repository: linux-image-5.15.0-105-generic (the "running" kernel,
@@ -41,8 +41,8 @@ def _failures(result: object, host: str) -> str:
     return " ".join(f["msg"] for f in result.hosts[host].failures)  # type: ignore[attr-defined]
 
 
-def test_b02_headers_for_the_running_kernel_are_installed(tmp_path: Path, lab_images: dict[str, str]) -> None:
-    with dkms_container(lab_images["debian12"], "b02") as (container, kernel):
+def test_headers_for_the_running_kernel_are_installed(tmp_path: Path, lab_images: dict[str, str]) -> None:
+    with dkms_container(lab_images["debian12"], "kernel-headers") as (container, kernel):
         host = container.name
         real = f"/usr/src/linux-headers-{kernel}"
         repo_vars = install_repository(container, _specs(real, with_running_headers=False), tmp_path / "repo1")

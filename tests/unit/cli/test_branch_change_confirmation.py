@@ -1,6 +1,6 @@
-"""CLI side of case B08: ``--allow-branch-change`` reaches the run as the nvidia_driver role's confirmation
-(``apply``, ``apply --check`` and ``check``), conflicts with a contrary ``-e`` are refused before anything runs,
-and ``gpuprov validate`` checks the SSH files the fleet names (exit 2) unless ``--no-file-checks``."""
+"""CLI side of the driver branch change: ``--allow-branch-change`` reaches the run as the nvidia_driver role's
+confirmation (``apply``, ``apply --check`` and ``check``), conflicts with a contrary ``-e`` are refused before
+anything runs, and ``gpuprov validate`` checks the SSH files the fleet names (exit 2) unless ``--no-file-checks``."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[ApplyOptions]:
 
 
 @pytest.mark.parametrize("argv", [["apply"], ["apply", "--check"], ["check"]])
-def test_b08_flag_sets_the_role_confirmation_for_the_run(runs: list[ApplyOptions], argv: list[str]) -> None:
+def test_allow_branch_change_flag_sets_the_role_confirmation_for_the_run(runs: list[ApplyOptions],
+                                                                      argv: list[str]) -> None:
     assert main([*argv, str(FLEET), "-e", "foo=bar", "--allow-branch-change"]) == 0
     assert parse_extravars(runs[-1].extravars) == {"foo": "bar", "nvidia_driver_branch_change_ok": "true"}
     assert runs[-1].check == (argv != ["apply"])
@@ -41,8 +42,8 @@ def test_b08_flag_sets_the_role_confirmation_for_the_run(runs: list[ApplyOptions
     assert parse_extravars(runs[-1].extravars) == {"foo": "bar"}
 
 
-def test_b08_flag_contradicted_by_extra_var_exits_2(runs: list[ApplyOptions],
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_allow_branch_change_flag_contradicted_by_extra_var_exits_2(runs: list[ApplyOptions],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["apply", str(FLEET), "--allow-branch-change", "-e", "nvidia_driver_branch_change_ok=false"])
     assert code == 2 and not runs
     assert "--allow-branch-change contradicts -e nvidia_driver_branch_change_ok=false" in capsys.readouterr().err
@@ -50,7 +51,7 @@ def test_b08_flag_contradicted_by_extra_var_exits_2(runs: list[ApplyOptions],
         assert main(["apply", str(FLEET), "--allow-branch-change", "-e", f"nvidia_driver_branch_change_ok={true}"]) == 0
 
 
-def test_b08_flag_is_in_the_help() -> None:
+def test_allow_branch_change_flag_is_in_the_help() -> None:
     from click.testing import CliRunner
 
     for command in (apply.command, check.command):

@@ -1,4 +1,4 @@
-"""Fleet-file side of case B08 (driver branch change) and of the controller-file checks: the
+"""Fleet-file side of the driver branch change and of the controller-file checks: the
 ``driver.allow_branch_change`` confirmation merges per layer, the SSH key and known_hosts files the fleet names
 are checked with ``check_files`` (exit 2 before anything runs), and ``version`` / ``bios_check.severity`` get
 errors that name the field."""
@@ -30,7 +30,7 @@ def _problems(text: str, *, check_files: bool = False) -> dict[str, str]:
     return {}
 
 
-def test_b08_allow_branch_change_defaults_false_and_merges_per_layer() -> None:
+def test_allow_branch_change_defaults_false_and_merges_per_layer() -> None:
     fleet = load_fleet(DATA / "good" / "driver_branch_change.yml")
     allowed = {name: host.settings["driver"]["allow_branch_change"] for name, host in fleet.hosts.items()}
     assert allowed == {"gpu01": True, "gpu02": False, "gpu03": False}
@@ -40,7 +40,7 @@ def test_b08_allow_branch_change_defaults_false_and_merges_per_layer() -> None:
 
 
 @pytest.mark.parametrize("value", ['"yes"', '"true"', "1", "null", "[true]"])
-def test_b08_allow_branch_change_must_be_a_boolean(value: str) -> None:
+def test_allow_branch_change_must_be_a_boolean(value: str) -> None:
     text = "version: 1\n" + HOSTS.replace("count: 1}", f"count: 1}}, driver: {{allow_branch_change: {value}}}") % ""
     problems = _problems(text)
     assert list(problems) == ["settings.driver.allow_branch_change"], problems

@@ -1,5 +1,5 @@
-"""Case B18 in a container: MIG instances are gone after a reboot, only the MIG mode survives; the mig role's
-boot unit re-creates the layout.
+"""In a container: MIG instances are gone after a reboot, only the MIG mode survives; the mig role's boot unit
+re-creates the layout.
 
 A systemd container from the debian12 lab image carries the mock NVML with the a100x8-nvswitch profile
 (8x A100-SXM4-80GB, MIG off) and a stand-in ``nvidia-persistenced.service`` that holds ``/dev/nvidia0`` open,
@@ -9,7 +9,7 @@ through NVML (pynvml) inside the container.
 
 The reboot is a container restart: the mock keeps MIG mode and instances in a state file tagged with the boot
 (kernel boot id + PID 1's start time), so the restarted container boots with MIG on and no instances, exactly
-what B18 reports from a real A100. A real GPU reset and a real reboot are out of a container's reach.
+what a real A100 shows after a reboot. A real GPU reset and a real reboot are out of a container's reach.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def host(lab_images: dict[str, str]) -> Iterator[Any]:
 
     client = docker.from_env()
     container = client.containers.run(
-        lab_images["debian12"], command="/lib/systemd/systemd", name=f"gpuprov-mig-b18-{uuid.uuid4().hex[:8]}",
+        lab_images["debian12"], command="/lib/systemd/systemd", name=f"gpuprov-mig-reboot-{uuid.uuid4().hex[:8]}",
         detach=True, cap_add=["SYS_ADMIN", "NET_ADMIN"], security_opt=["seccomp=unconfined"],
         tmpfs={"/run": "", "/run/lock": ""}, volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
     )
@@ -124,7 +124,7 @@ def _show(container: Any, unit: str, prop: str) -> str:
     return exec_ok(container, f"systemctl show -p {prop} --value {unit}").strip()
 
 
-def test_b18_layout_applied_then_recreated_by_the_boot_unit_after_a_reboot(host: Any, tmp_path: Path) -> None:
+def test_layout_applied_then_recreated_by_the_boot_unit_after_a_reboot(host: Any, tmp_path: Path) -> None:
     daemon_pid = _show(host, "nvidia-persistenced", "MainPID")
     first = _run(host, tmp_path)
     assert first.failed_hosts == [], first.hosts
@@ -158,7 +158,7 @@ def test_b18_layout_applied_then_recreated_by_the_boot_unit_after_a_reboot(host:
     assert after_boot.hosts[host.name].changed == 0
 
 
-def test_b18_instances_lost_without_the_unit_are_drift(host: Any, tmp_path: Path) -> None:
+def test_instances_lost_without_the_unit_are_drift(host: Any, tmp_path: Path) -> None:
     exec_ok(host, f"sed -i '/^gpu\\.[0-9]*\\.\\(gi\\|ci\\)=/d' {STATE}")  # what a boot without the unit leaves
     assert _gpus(host) == [[1, 1, {}]] * 8
     check = _run(host, tmp_path, check=True)

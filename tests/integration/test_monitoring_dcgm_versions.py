@@ -1,4 +1,4 @@
-"""Case B22 on a lab container: dcgm-exporter built for another DCGM than the host engine.
+"""On a lab container: dcgm-exporter built for another DCGM than the host engine, and the matching pair.
 
 The container gets the DCGM stand-ins of gpuprov/standin/dcgm.py as a signed apt repository on its loopback
 (datacenter-gpu-manager 3.3.5 and 3.3.9, whose nv-hostengine/dcgmi report their version; exporter builds
@@ -44,11 +44,11 @@ def box(lab_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     """A debian12 lab container serving the stand-in repository; yields container, manifest and state dir."""
     import docker
 
-    work = tmp_path_factory.mktemp("monitoring-b22")
+    work = tmp_path_factory.mktemp("monitoring-dcgm-versions")
     manifest = build(work / "standin")
     client = docker.from_env()
     container = client.containers.run(
-        lab_images["debian12"], command="/lib/systemd/systemd", name=f"gpuprov-monitoring-b22-{uuid.uuid4().hex[:8]}",
+        lab_images["debian12"], command="/lib/systemd/systemd", name=f"gpuprov-monitoring-dcgm-{uuid.uuid4().hex[:8]}",
         detach=True, cap_add=["SYS_ADMIN", "NET_ADMIN"], security_opt=["seccomp=unconfined"],
         tmpfs={"/run": "", "/run/lock": ""}, volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
     )
@@ -135,7 +135,7 @@ def test_check_mode_before_the_repository_is_configured_reports_the_install(box:
     assert installed_dcgm(box) == ""
 
 
-def test_b22_exporter_configured_for_another_dcgm_is_refused(box: dict[str, Any]) -> None:
+def test_exporter_configured_for_another_dcgm_is_refused(box: dict[str, Any]) -> None:
     name = box["container"].name
     result = apply(box, dcgm="3.3.9", exporter="3.3.5-3.4.1")
     assert result.failed_hosts == [name]
@@ -148,7 +148,7 @@ def test_b22_exporter_configured_for_another_dcgm_is_refused(box: dict[str, Any]
     assert result.hosts[name].changed == 0
 
 
-def test_b22_matching_pair_serves_metrics(box: dict[str, Any]) -> None:
+def test_matching_pair_serves_metrics(box: dict[str, Any]) -> None:
     name = box["container"].name
     result = apply(box, dcgm="3.3.5", exporter="3.3.5-3.4.1")
     assert result.failed_hosts == [], failure_text(result, name)
@@ -159,7 +159,7 @@ def test_b22_matching_pair_serves_metrics(box: dict[str, Any]) -> None:
     assert exec_ok(box["container"], "systemctl is-active nvidia-dcgm dcgm-exporter").split() == ["active"] * 2
 
 
-def test_b22_dcgm_upgrade_with_old_exporter_is_refused(box: dict[str, Any]) -> None:
+def test_dcgm_upgrade_with_old_exporter_is_refused(box: dict[str, Any]) -> None:
     name = box["container"].name
     result = apply(box, dcgm="3.3.9", exporter="3.3.5-3.4.1")
     assert result.failed_hosts == [name]
@@ -170,7 +170,7 @@ def test_b22_dcgm_upgrade_with_old_exporter_is_refused(box: dict[str, Any]) -> N
     assert "DCGM_FI_DEV_GPU_TEMP{" in metrics(box)
 
 
-def test_b22_binary_built_for_another_dcgm_is_not_started(box: dict[str, Any]) -> None:
+def test_binary_built_for_another_dcgm_is_not_started(box: dict[str, Any]) -> None:
     name = box["container"].name
     # configured 3.3.9-3.6.1, but the artifact at the URL is the 3.3.5 build (re-published under a new name)
     result = apply(box, dcgm="3.3.9", exporter="3.3.9-3.6.1", binary="3.3.5-3.4.1")
@@ -183,7 +183,7 @@ def test_b22_binary_built_for_another_dcgm_is_not_started(box: dict[str, Any]) -
     assert "/3.3.9-3.6.1/" not in unit
 
 
-def test_b22_upgrade_together_converges_and_is_idempotent(box: dict[str, Any]) -> None:
+def test_upgrade_together_converges_and_is_idempotent(box: dict[str, Any]) -> None:
     name = box["container"].name
     result = apply(box, dcgm="3.3.9", exporter="3.3.9-3.6.1")
     assert result.failed_hosts == [], failure_text(result, name)

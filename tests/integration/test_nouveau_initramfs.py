@@ -1,4 +1,4 @@
-"""Case B01 in the lab: the blacklist is on disk but the initramfs images still load nouveau.
+"""A stale initramfs in the lab: the blacklist is on disk but the initramfs images still load nouveau.
 
 A systemd container from the debian12 lab image gets a second installed kernel (a copy of the image's
 kernel entry under another version, with its own image), a blacklist newer than both images and a
@@ -52,15 +52,16 @@ def _exec(container: Any, script: str) -> str:
 
 
 @pytest.fixture
-def b01_host(lab_images: dict[str, str]) -> Iterator[tuple[Any, list[str]]]:
-    """A running debian12 lab container in the B01 state; yields it with its two kernel versions."""
+def stale_host(lab_images: dict[str, str]) -> Iterator[tuple[Any, list[str]]]:
+    """A running debian12 lab container with the blacklist on disk and stale images; yields it with its two
+    kernel versions."""
     import docker
 
     client = docker.from_env()
     container = client.containers.run(
         lab_images["debian12"],
         command="/lib/systemd/systemd",
-        name=f"gpuprov-b01-{uuid.uuid4().hex[:8]}",
+        name=f"gpuprov-nouveau-initramfs-{uuid.uuid4().hex[:8]}",
         detach=True,
         cap_add=["SYS_ADMIN", "NET_ADMIN"],
         security_opt=["seccomp=unconfined"],
@@ -141,8 +142,8 @@ def _image_sums(container: Any, kernels: list[str]) -> str:
     return _exec(container, "sha256sum " + " ".join(f"/boot/initrd.img-{k}" for k in kernels))
 
 
-def test_b01_stale_images_are_rebuilt_from_content(tmp_path: Path, b01_host: tuple[Any, list[str]]) -> None:
-    container, kernels = b01_host
+def test_stale_images_are_rebuilt_from_content(tmp_path: Path, stale_host: tuple[Any, list[str]]) -> None:
+    container, kernels = stale_host
     host = container.name
     assert len(kernels) == 2
 
@@ -174,8 +175,8 @@ def test_b01_stale_images_are_rebuilt_from_content(tmp_path: Path, b01_host: tup
     assert _changed(_run(tmp_path, container, "fourth"), host) == 0
 
 
-def test_b01_gpu_bound_to_nouveau_requires_a_reboot(tmp_path: Path, b01_host: tuple[Any, list[str]]) -> None:
-    container, _kernels = b01_host
+def test_gpu_bound_to_nouveau_requires_a_reboot(tmp_path: Path, stale_host: tuple[Any, list[str]]) -> None:
+    container, _kernels = stale_host
     runner = _run(tmp_path, container, "fakesys", extravars={"nouveau_sysfs_root": FAKESYS, "nouveau_reboot_ok": False})
     facts = _task_results(runner, "reboot | Set whether a reboot is required")
     assert facts, "the reboot decision task did not run"
