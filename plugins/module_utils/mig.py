@@ -2,10 +2,10 @@
 # Apache-2.0
 """Assert and apply a mig-parted style MIG layout through NVML (pynvml), GPU by GPU.
 
-One engine, two callers: the ``mig_layout`` Ansible module (roles/mig/library) and the boot unit
+One engine, two callers: the ``gpuprov.gpu.mig_layout`` Ansible module and the boot unit
 ``gpuprov-mig.service``, which runs this very file as a script (``python3 gpuprov_mig.py --config FILE``)
-with the pynvml.py the role installed beside it, so the layout is re-created after every boot (case B18:
-a GPU keeps its MIG mode across a reboot but loses every GPU and compute instance).
+with the pynvml.py the role installed beside it, so the layout is re-created after every boot (a
+GPU keeps its MIG mode across a reboot but loses every GPU and compute instance).
 
 Layout (the fleet file's ``mig.layouts.<name>``): a list of entries
 ``{devices: "all" | [index, ...], mig_enabled: bool, mig_devices: {"1g.10gb": 7, ...}}``; a later entry

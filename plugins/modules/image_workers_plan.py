@@ -13,7 +13,8 @@ description:
   - Read-only; changes nothing. Input is the NVML view of the host (C(ansible_facts['gpuprov_gpus']) from
     the C(gpuprov.gpu.nvml_facts) module) and the operator's GPU selection.
   - One instance per selected GPU, named by its NVML index. NVML indexes GPUs in PCI bus order, as
-    nvidia-smi does; each instance is pinned by the GPU's UUID and bus id, never by a bare index (case B24).
+    nvidia-smi does; each instance is pinned by the GPU's UUID and bus id, never by a bare index
+    (CUDA's default order is fastest first, not PCI bus order).
   - The CPUs of a GPU instance are the GPU's PCI function's C(local_cpulist) under O(sysfs_root) (the CPUs
     of its NUMA node). When that file is missing, unreadable or empty, the instance gets all online CPUs
     (C(<sysfs_root>/devices/system/cpu/online)) and C(cpu_source) says C(fallback_all).

@@ -212,7 +212,7 @@ def split_packages(packages):
 
 def headers_metas_without_image(image_metas, headers_metas):
     """Headers metas (linux-headers-X) installed without their image meta (linux-image-X): they pull
-    headers for kernels that are not installed (B02)."""
+    headers for kernels that are not installed, and DKMS builds for those, not for the running kernel."""
     return [m for m in headers_metas if "linux-image-" + m[len("linux-headers-"):] not in image_metas]
 
 
