@@ -14,10 +14,11 @@ from gpuprov.exceptions import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The nvidia_driver role's confirmation of a branch or flavour change (a transition that
-#: removes the installed set, so it needs confirming); the fleet file's
-#: ``driver.allow_branch_change`` is its default, ``--allow-branch-change`` sets it for one run.
-BRANCH_CHANGE_VAR = "nvidia_driver_branch_change_ok"
+#: The confirmation of a driver branch or flavour change (a transition that removes the installed set, so it
+#: needs confirming): the variable the fleet file's ``driver.allow_branch_change`` renders to, which the
+#: nvidia_driver role's ``nvidia_driver_branch_change_ok`` follows. ``--allow-branch-change`` sets the same
+#: variable for one run (an extra variable wins over the inventory's), so there is one route, not two.
+BRANCH_CHANGE_VAR = "gpuprov_driver_allow_branch_change"
 
 
 def _host_pattern(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -64,11 +65,11 @@ def run_options(func: F) -> F:
 
 
 def run_extravars(extravars: tuple[str, ...], allow_branch_change: bool) -> list[str]:
-    """The ``-e KEY=VALUE`` pairs of a run: ``extravars`` as given plus ``nvidia_driver_branch_change_ok=true``
+    """The ``-e KEY=VALUE`` pairs of a run: ``extravars`` as given plus ``gpuprov_driver_allow_branch_change=true``
     with ``--allow-branch-change``.
 
     Raises:
-        ConfigError: ``--allow-branch-change`` with ``-e nvidia_driver_branch_change_ok=<not true>`` (exit 2).
+        ConfigError: ``--allow-branch-change`` with ``-e gpuprov_driver_allow_branch_change=<not true>`` (exit 2).
     """
     pairs = list(extravars)
     if not allow_branch_change:

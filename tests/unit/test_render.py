@@ -140,7 +140,8 @@ def test_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None:
         host_vars = variables.get_vars(host=host)
         role = {"nvidia_driver_branch_change_ok": trust_as_template(defaults["nvidia_driver_branch_change_ok"])}
         confirmed = Templar(loader=loader, variables={**host_vars, **role}).template(expression)
-        forced = Templar(loader=loader, variables={**host_vars, **role, "nvidia_driver_branch_change_ok": "true"}
+        # --allow-branch-change: the same variable as an extra variable, over the inventory's
+        forced = Templar(loader=loader, variables={**host_vars, "gpuprov_driver_allow_branch_change": "true", **role}
                          ).template(expression)
         seen[host.name] = (host_vars["gpuprov_driver_allow_branch_change"], confirmed, forced)
     assert seen == {"gpu01": (True, True, True), "gpu02": (False, False, True), "gpu03": (False, False, True)}

@@ -36,7 +36,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[ApplyOptions]:
 def test_allow_branch_change_flag_sets_the_role_confirmation_for_the_run(runs: list[ApplyOptions],
                                                                       argv: list[str]) -> None:
     assert main([*argv, str(FLEET), "-e", "foo=bar", "--allow-branch-change"]) == 0
-    assert parse_extravars(runs[-1].extravars) == {"foo": "bar", "nvidia_driver_branch_change_ok": "true"}
+    assert parse_extravars(runs[-1].extravars) == {"foo": "bar", "gpuprov_driver_allow_branch_change": "true"}
     assert runs[-1].check == (argv != ["apply"])
     assert main([*argv, str(FLEET), "-e", "foo=bar"]) == 0
     assert parse_extravars(runs[-1].extravars) == {"foo": "bar"}
@@ -44,11 +44,12 @@ def test_allow_branch_change_flag_sets_the_role_confirmation_for_the_run(runs: l
 
 def test_allow_branch_change_flag_contradicted_by_extra_var_exits_2(runs: list[ApplyOptions],
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["apply", str(FLEET), "--allow-branch-change", "-e", "nvidia_driver_branch_change_ok=false"])
+    code = main(["apply", str(FLEET), "--allow-branch-change", "-e", "gpuprov_driver_allow_branch_change=false"])
     assert code == 2 and not runs
-    assert "--allow-branch-change contradicts -e nvidia_driver_branch_change_ok=false" in capsys.readouterr().err
+    assert "--allow-branch-change contradicts -e gpuprov_driver_allow_branch_change=false" in capsys.readouterr().err
     for true in ("true", "y", "T"):  # any of Ansible's true spellings agrees with the flag
-        assert main(["apply", str(FLEET), "--allow-branch-change", "-e", f"nvidia_driver_branch_change_ok={true}"]) == 0
+        extra = f"gpuprov_driver_allow_branch_change={true}"
+        assert main(["apply", str(FLEET), "--allow-branch-change", "-e", extra]) == 0
 
 
 def test_allow_branch_change_flag_is_in_the_help() -> None:
