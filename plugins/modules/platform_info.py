@@ -86,7 +86,7 @@ import struct
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprov.gpu.plugins.module_utils.findings import norm_bus
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import norm_bus
 from ansible_collections.gpuprov.gpu.plugins.module_utils.health import running_daemons, service_states
 
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"

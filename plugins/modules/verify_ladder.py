@@ -91,7 +91,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprov.gpu.plugins.module_utils.findings import norm_model
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import norm_model
 from ansible_collections.gpuprov.gpu.plugins.module_utils.health import (
     driver_problems,
     fabric_manager,

@@ -1,5 +1,5 @@
-"""bios_check rules (module_utils/findings.py) on the mock NVML profiles' facts, fake platform trees and
-the real 2x H200 capture (tests/data/real-h200/facts.json)."""
+"""bios_check rules (module_utils/findings.py and its findings_*.py groups) on the mock NVML profiles' facts,
+fake platform trees and the real 2x H200 capture (tests/data/real-h200/facts.json)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matches
 from ansible_collections.gpuprov.gpu.plugins.modules import platform_info
 
 from tests.bios_check_fixtures import (
@@ -273,8 +274,8 @@ def test_count_and_model_mismatch(findings_rules: ModuleType, profile_facts: Any
         ("H100-PCIe", "NVIDIA H200", False),
     ],
 )
-def test_model_matching(findings_rules: ModuleType, want: str, have: str, ok: bool) -> None:
-    assert findings_rules.model_matches(want, have) is ok
+def test_model_matching(want: str, have: str, ok: bool) -> None:
+    assert model_matches(want, have) is ok
 
 
 def test_fail_message_lists_each_finding_and_fix(findings_rules: ModuleType, profile_facts: Any) -> None:
