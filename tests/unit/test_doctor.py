@@ -5,6 +5,7 @@ libnvidia-ml.so.1 built from gpuprov/mocknvml) plus fixture sysfs/procfs/kernel-
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def collect(lib_dir: Path, tmp_path: Path, profile: str, tree: Tree, **extra: An
 
     root = build_tree(tmp_path / "fixture", tree)
     env = mock_environment(lib_dir, profile, tmp_path / "conf")
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(root)], env=env, capture_output=True, text=True,
                           check=False, timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

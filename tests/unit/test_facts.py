@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -223,7 +224,7 @@ def mock_facts(lib_dir: Path, profile: str, conf_dir: Path) -> dict[str, Any]:
     from gpuprov.mocknvml import mock_environment
 
     env = mock_environment(lib_dir, profile, conf_dir)
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
     proc = subprocess.run([sys.executable, "-c", COLLECT_SCRIPT], env=env, capture_output=True, text=True,
                           check=False, timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

@@ -4,6 +4,7 @@ fake platform trees and the real 2x H200 capture (tests/data/real-h200/facts.jso
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def profile_facts(mock_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> A
     def get(profile: str) -> dict[str, Any]:
         if profile not in cache:
             env = mock_environment(mock_lib, profile, tmp_path_factory.mktemp(profile))
-            env["PYTHONPATH"] = str(ROOT)
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
             proc = subprocess.run(
                 [sys.executable, "-c", COLLECT], env=env, capture_output=True, text=True, check=True, timeout=120
             )
