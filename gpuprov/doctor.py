@@ -1,10 +1,11 @@
 """``gpuprov doctor``: collect a host's facts (locally, or on a fleet's hosts) and apply the doctor rules.
 
-The rules are ``plugins/module_utils/doctor.py`` (pure, Python 3.8); bios_check's PCIe,
-BAR and lost-GPU rules come from ``gpuprov_findings.py``. The facts come from the code that already reads them:
-the NVML collector (:mod:`gpuprov.facts`), ``platform_info``, ``gpu_pci_info`` and ``kernel_dkms_info``. Locally
-those files are loaded with :mod:`importlib`; for a fleet a one-play run executes the same modules on every host
-and the facts are taken from the runner events' registered results, never from ansible-playbook's output.
+The rules are ``plugins/module_utils/doctor.py`` and its ``doctor_*.py`` groups (pure, Python 3.8); bios_check's
+PCIe, BAR and lost-GPU rules come from ``plugins/module_utils/findings.py``. The facts come from the code that
+already reads them: the NVML collector (:mod:`gpuprov.facts`), ``platform_info``, ``gpu_pci_info`` and
+``kernel_dkms_info``. Locally those files are loaded with :mod:`importlib`; for a fleet a one-play run executes
+the same modules on every host and the facts are taken from the runner events' registered results, never from
+ansible-playbook's output.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as docto
 from ansible_collections.gpuprov.gpu.plugins.module_utils import findings as findings_rules
 from ansible_collections.gpuprov.gpu.plugins.module_utils import kernels as kernels_utils
 from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml as nvml_collector
+from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_driver import SECURE_BOOT_LOG
 
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.hostplay import TaskResults
@@ -99,7 +101,7 @@ def module_log(kernel_log_path: str | None) -> list[str]:
             text = ""
     else:
         _rc, text = _run(["journalctl", "-k", "-b", "--no-pager", "-q"])
-    return [line for line in text.splitlines() if doctor_rules.SECURE_BOOT_LOG.search(line)]
+    return [line for line in text.splitlines() if SECURE_BOOT_LOG.search(line)]
 
 
 def device_holders(proc_root: str = "/proc") -> list[dict[str, Any]]:
@@ -323,7 +325,7 @@ def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
             import base64
 
             text = base64.b64decode(str(res["content"])).decode("utf-8", "replace")
-            facts["module_log"] = [line for line in text.splitlines() if doctor_rules.SECURE_BOOT_LOG.search(line)]
+            facts["module_log"] = [line for line in text.splitlines() if SECURE_BOOT_LOG.search(line)]
     return facts
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as rules
+from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_workload import swinging
 
 from gpuprov import doctor
 from tests.bios_check_fixtures import (
@@ -29,7 +30,7 @@ from tests.bios_check_fixtures import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-B24_BUS = ["0000:01:00.0", "0000:07:00.0", "0000:47:00.0", "0000:81:00.0", "0000:c2:00.0"]
+HETEROGENEOUS_BUS = ["0000:01:00.0", "0000:07:00.0", "0000:47:00.0", "0000:81:00.0", "0000:c2:00.0"]
 KERNEL = "6.1.0-28-amd64"
 SCRIPT = (
     "import json, sys; from gpuprov.doctor import local_facts; "
@@ -104,8 +105,9 @@ def test_healthy_profiles_have_no_diagnosis(profile: str, mock_lib_dir: Path, tm
     assert doctor.diagnose(facts) == []
 
 
-def test_heterogeneous_b24_has_no_diagnosis(mock_lib_dir: Path, tmp_path: Path) -> None:
-    tree = Tree(gpus=[Gpu(b, bar1_size=(256 if i == 0 else 128 * 1024) * 1024**2) for i, b in enumerate(B24_BUS)],
+def test_heterogeneous_gpus_have_no_diagnosis(mock_lib_dir: Path, tmp_path: Path) -> None:
+    tree = Tree(gpus=[Gpu(b, bar1_size=(256 if i == 0 else 128 * 1024) * 1024**2)
+                      for i, b in enumerate(HETEROGENEOUS_BUS)],
                 module_version="535.183.01", daemons=["nv-fabricmanager"])
     facts = collect(mock_lib_dir, tmp_path, "heterogeneous-b24", tree)
     assert facts["nvml"]["count"] == 5
@@ -235,11 +237,11 @@ def _gpu(index: int = 0, **live: Any) -> dict[str, Any]:
 
 
 def test_utilisation_swinging_thresholds() -> None:
-    assert rules.swinging([100, 0, 0, 100, 0, 95, 0, 0, 100, 5])
-    assert not rules.swinging([95, 97, 99, 96, 98])  # busy and steady
-    assert not rules.swinging([0, 0, 0, 0, 0])  # idle
-    assert not rules.swinging([100, 0, 100])  # too few samples
-    assert not rules.swinging([60, 80, 55, 90, 70, 65])  # varies, but never idle
+    assert swinging([100, 0, 0, 100, 0, 95, 0, 0, 100, 5])
+    assert not swinging([95, 97, 99, 96, 98])  # busy and steady
+    assert not swinging([0, 0, 0, 0, 0])  # idle
+    assert not swinging([100, 0, 100])  # too few samples
+    assert not swinging([60, 80, 55, 90, 70, 65])  # varies, but never idle
     facts = {"nvml": {"available": True, "count": 1, "gpus": [_gpu()]},
              "samples": {"window_s": 10, "gpus": {"0": [100, 0, 0, 100, 0, 95, 0, 0, 100, 5]}}}
     d = only(rules.diagnose(facts), "utilization_swinging")
@@ -291,5 +293,7 @@ def test_device_holders_scan(tmp_path: Path) -> None:
 def test_rules_are_python38_syntax() -> None:
     import ast
 
-    source = (ROOT / "plugins" / "module_utils" / "doctor.py").read_text()
-    ast.parse(source, feature_version=(3, 8))
+    files = sorted((ROOT / "plugins" / "module_utils").glob("doctor*.py"))
+    assert len(files) > 1
+    for path in files:
+        ast.parse(path.read_text(), feature_version=(3, 8), filename=str(path))
