@@ -20,7 +20,8 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matc
 #: The NVIDIA daemons whose presence the rules read (process names as in ``/proc/PID/comm``, 15 characters).
 DAEMONS = ("nvidia-persistenced", "nv-fabricmanager", "nv-hostengine")
 
-#: ``fabric.state`` values (``FABRIC_STATES`` of the NVML collector) that mean the GPU takes part in an NVSwitch fabric.
+#: ``fabric.state`` values (``FABRIC_STATES`` of module_utils/nvml_links.py) that mean the GPU takes part in an
+#: NVSwitch fabric.
 FABRIC_REPORTED = ("not_started", "in_progress", "completed")
 
 #: systemd units of the stack (shell patterns as ``systemctl list-units`` takes them): the persistence daemon,

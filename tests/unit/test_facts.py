@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml
+from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml, nvml_values
 from nvml_fake import FakeNvml, load_fixture
 from rich.console import Console
 
@@ -149,7 +149,7 @@ def test_kernel_module_version_from_sysfs(tmp_path: Path) -> None:
     (tmp_path / "module" / "nvidia").mkdir(parents=True)
     (tmp_path / "module" / "nvidia" / "version").write_text("460.56\n", encoding="utf-8")
     facts = load_collector_facts(FakeNvml(init_error="NVML_ERROR_LIB_RM_VERSION_MISMATCH"), sysfs_root=tmp_path)
-    assert facts["kernel_module_version"] == "460.56"  # case B09: the module, not the userland, is old
+    assert facts["kernel_module_version"] == "460.56"  # the loaded module, not the upgraded userland, is old
 
 
 def load_collector_facts(fake: FakeNvml, **roots: Path) -> dict[str, Any]:
@@ -158,7 +158,7 @@ def load_collector_facts(fake: FakeNvml, **roots: Path) -> dict[str, Any]:
 
 
 def test_helpers() -> None:
-    mod = nvml
+    mod = nvml_values
     assert mod.sysfs_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert mod.cuda_version_text(12040) == "12.4"
     assert mod.cpu_ids([0b101, 1]) == [0, 2, 64]
@@ -169,10 +169,10 @@ def test_helpers() -> None:
 
 
 def test_collector_is_python38_syntax() -> None:
-    source = collector_path().read_text(encoding="utf-8")
-    ast.parse(source, feature_version=(3, 8))
-    module = ROOT / "plugins" / "modules" / "nvml_facts.py"
-    ast.parse(module.read_text(encoding="utf-8"), feature_version=(3, 8))
+    files = sorted(collector_path().parent.glob("nvml*.py"))
+    assert collector_path() in files and len(files) > 1
+    for path in [*files, ROOT / "plugins" / "modules" / "nvml_facts.py"]:
+        ast.parse(path.read_text(encoding="utf-8"), feature_version=(3, 8), filename=str(path))
 
 
 def test_table_and_summary(facts: dict[str, Any]) -> None:
