@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import platform_report
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matches
-from ansible_collections.gpuprov.gpu.plugins.modules import platform_info
 
 from tests.bios_check_fixtures import (
     A100X8_BUS,
@@ -68,7 +68,7 @@ def profile_facts(mock_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> A
 
 def platform(rules_mod: ModuleType, tmp_path: Path, tree: Tree) -> dict[str, Any]:
 
-    info = platform_info
+    info = platform_report
     build_tree(tmp_path, tree)
     result: dict[str, Any] = info.collect(
         str(tmp_path / "sys"), str(tmp_path / "proc"), str(tmp_path / "kernel.log"), None, False
