@@ -60,7 +60,7 @@ class Gpus(Strict):
 class Driver(Strict):
     """NVIDIA driver: ``branch`` ("580" or auto), exact ``version``, module ``flavour`` and install ``method``;
     ``allow_branch_change`` confirms replacing another installed branch or flavour (unhold, purge, install and
-    hold the new set; case B08), rendered as ``gpuprov_driver_allow_branch_change``."""
+    hold the new set), rendered as ``gpuprov_driver_allow_branch_change``."""
 
     branch: Branch = "auto"
     version: DriverVersion | None = None
