@@ -1,10 +1,11 @@
 """``gpuprov doctor``: collect a host's facts (locally, or on a fleet's hosts) and apply the doctor rules.
 
-The rules are ``plugins/module_utils/doctor.py`` (pure, Python 3.8); bios_check's PCIe,
-BAR and lost-GPU rules come from ``gpuprov_findings.py``. The facts come from the code that already reads them:
-the NVML collector (:mod:`gpuprov.facts`), ``platform_info``, ``gpu_pci_info`` and ``kernel_dkms_info``. Locally
-those files are loaded with :mod:`importlib`; for a fleet a one-play run executes the same modules on every host
-and the facts are taken from the runner events' registered results, never from ansible-playbook's output.
+The rules are ``plugins/module_utils/doctor.py`` and its ``doctor_*.py`` groups (pure, Python 3.8); bios_check's
+PCIe, BAR and lost-GPU rules come from ``plugins/module_utils/findings.py``. The facts come from the code that
+already reads them: the NVML collector (:mod:`gpuprov.facts`), ``platform_info``'s
+``plugins/module_utils/platform_report.py``, ``gpu_pci_info`` and ``kernel_dkms_info``. Locally the last two
+modules are loaded with :mod:`importlib`; for a fleet a one-play run executes the same modules on every host and
+the facts are taken from the runner events' registered results, never from ansible-playbook's output.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as docto
 from ansible_collections.gpuprov.gpu.plugins.module_utils import findings as findings_rules
 from ansible_collections.gpuprov.gpu.plugins.module_utils import kernels as kernels_utils
 from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml as nvml_collector
+from ansible_collections.gpuprov.gpu.plugins.module_utils import platform_report
+from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_driver import SECURE_BOOT_LOG
 
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.hostplay import TaskResults
@@ -36,8 +39,8 @@ PCI_MODULES = ["nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm", "nvid
 
 
 def _library(name: str) -> ModuleType:
-    """One of the collection's read-only modules (gpu_pci_info, kernel_dkms_info, platform_info), which
-    ``--local`` runs in this process. Imported on first use: an Ansible module imports
+    """One of the collection's read-only modules (gpu_pci_info, kernel_dkms_info), which ``--local`` runs in
+    this process. Imported on first use: an Ansible module imports
     ``ansible.module_utils.basic``, which patches ``sys.intern`` for the rest of the process."""
     return importlib.import_module(f"ansible_collections.gpuprov.gpu.plugins.modules.{name}")
 
@@ -99,7 +102,7 @@ def module_log(kernel_log_path: str | None) -> list[str]:
             text = ""
     else:
         _rc, text = _run(["journalctl", "-k", "-b", "--no-pager", "-q"])
-    return [line for line in text.splitlines() if doctor_rules.SECURE_BOOT_LOG.search(line)]
+    return [line for line in text.splitlines() if SECURE_BOOT_LOG.search(line)]
 
 
 def device_holders(proc_root: str = "/proc") -> list[dict[str, Any]]:
@@ -177,8 +180,7 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
         raise EnvironmentMissing("pynvml (nvidia-ml-py) is not installed and the PCI bus is unreadable: "
                                  "nothing to check (pip install nvidia-ml-py)")
     facts["pci"] = pci
-    facts["platform"] = _library("platform_info").collect(sysfs_root, proc_root, kernel_log_path, daemons=True,
-                                                          services=True)
+    facts["platform"] = platform_report.collect(sysfs_root, proc_root, kernel_log_path, daemons=True, services=True)
     facts["kernel"] = kernel_facts(running_kernel)
     facts["module_log"] = module_log(kernel_log_path)
     facts["holders"] = device_holders(proc_root)
@@ -323,7 +325,7 @@ def _doctor_facts(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
             import base64
 
             text = base64.b64decode(str(res["content"])).decode("utf-8", "replace")
-            facts["module_log"] = [line for line in text.splitlines() if doctor_rules.SECURE_BOOT_LOG.search(line)]
+            facts["module_log"] = [line for line in text.splitlines() if SECURE_BOOT_LOG.search(line)]
     return facts
 
 

@@ -177,7 +177,7 @@ class BiosCheck(Strict):
     severity: dict[FindingId, Severity] = {}
 
 
-#: The verification ladder's steps, in its order (plugins/modules/verify_ladder.py's STEPS).
+#: The verification ladder's steps, in its order (STEPS of plugins/module_utils/ladder.py).
 VerifyStep = Literal["gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "mig",
                      "cuda_sample", "p2p", "nccl_allreduce", "container", "dcgm_diag"]
 

@@ -4,10 +4,10 @@
 each, so the two never disagree about a host. Pure Python 3.8 except :func:`running_daemons`, which reads procfs,
 and :func:`service_states`, which asks systemd through the caller's ``run``.
 
-Inputs are the ``gpuprov_gpus`` fact (gpuprov_nvml.collect, docs/facts.md), what the fleet file expects of the
-host (``{model, count, nvswitch, driver_version}``, each None when unset) and the daemons found running.
-Each rule returns problems as sentences (empty when healthy); callers wrap them in a verify step or a doctor
-diagnosis.
+Inputs are the ``gpuprov_gpus`` fact (``collect`` of module_utils/nvml.py, docs/facts.md), what the fleet file
+expects of the host (``{model, count, nvswitch, driver_version}``, each None when unset) and the daemons found
+running. Each rule returns problems as sentences (empty when healthy); callers wrap them in a verify step or a
+doctor diagnosis.
 """
 
 
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpuprov.gpu.plugins.module_utils.findings import model_matches
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matches, usable_gpus
 
 #: The NVIDIA daemons whose presence the rules read (process names as in ``/proc/PID/comm``, 15 characters).
 DAEMONS = ("nvidia-persistenced", "nv-fabricmanager", "nv-hostengine")
 
-#: ``fabric.state`` values (gpuprov_nvml.FABRIC_STATES) that mean the GPU takes part in an NVSwitch fabric.
+#: ``fabric.state`` values (``FABRIC_STATES`` of module_utils/nvml_links.py) that mean the GPU takes part in an
+#: NVSwitch fabric.
 FABRIC_REPORTED = ("not_started", "in_progress", "completed")
 
 #: systemd units of the stack (shell patterns as ``systemctl list-units`` takes them): the persistence daemon,
@@ -58,11 +59,6 @@ def running_daemons(proc_root="/proc", names=DAEMONS):
             if comm == name[:15]:  # the kernel keeps 15 characters of the name
                 found.add(name)
     return sorted(found)
-
-
-def usable_gpus(nvml):
-    """The GPU entries of an NVML fact that are not lost."""
-    return [g for g in (nvml or {}).get("gpus") or [] if not g.get("lost")]
 
 
 def gpu_problems(nvml, expected):

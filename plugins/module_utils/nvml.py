@@ -3,7 +3,12 @@
 """The one NVML facts collector of gpuprov, written against pynvml's API (nvidia-ml-py).
 
 Used by the ``nvml_facts`` Ansible module on target hosts and by ``gpuprov facts`` on the local machine
-(:mod:`gpuprov.facts` loads this very file), so both report the same shape from the same code.
+(:mod:`gpuprov.facts` imports this very file), so both report the same shape from the same code.
+
+This file reads the system-wide values and runs the per-GPU readers, which are split by what they read:
+``nvml_device`` (PCI ids, identity, memory, modes, PCIe and power, live values) and ``nvml_links`` (NUMA,
+CPU affinity, NVLink, fabric), on top of ``nvml_reader`` (the calls and the error policy below) and
+``nvml_values`` (unit and enum conversions).
 
 :func:`collect` takes the pynvml *module* as an argument instead of importing it: the module runs on hosts
 where pynvml is not installed (the action plugin ships the controller's copy), and the unit tests pass a
@@ -13,11 +18,11 @@ Error policy, per NVML call:
 
 * ``NVML_ERROR_NOT_SUPPORTED`` / ``NVML_ERROR_FUNCTION_NOT_FOUND`` (an older driver lacks the symbol):
   the field is ``None``; nothing else is recorded.
-* ``NVML_ERROR_GPU_IS_LOST`` / ``NVML_ERROR_RESET_REQUIRED``: the GPU is *lost* (Xid 79, case B21): its
+* ``NVML_ERROR_GPU_IS_LOST`` / ``NVML_ERROR_RESET_REQUIRED``: the GPU is *lost* (Xid 79, fallen off the bus): its
   ``error_name``/``error`` are set, ``lost`` is true, and no further query is made for it; the other GPUs
   are still reported.
 * any other NVML error: the field is ``None`` and ``errors[<field>]`` names the error.
-* ``nvmlInit`` failing (driver not loaded, library missing, NVML/RM version mismatch of case B09):
+* ``nvmlInit`` failing (driver not loaded, library missing, NVML/RM version mismatch after an upgrade):
   ``available`` is false with ``error_name`` and ``error``; :func:`collect` never raises an NVML error.
 
 Must stay importable on Python 3.8 (Ubuntu 20.04 targets): no ``match``, no runtime ``X | Y`` types.
@@ -26,326 +31,24 @@ Must stay importable on Python 3.8 (Ubuntu 20.04 targets): no ``match``, no runt
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.module_utils.nvml_device import (
+    read_identity,
+    read_live,
+    read_memory,
+    read_modes,
+    read_pci,
+    read_pcie_and_power,
+)
+from ansible_collections.gpuprov.gpu.plugins.module_utils.nvml_links import read_fabric, read_topology
+from ansible_collections.gpuprov.gpu.plugins.module_utils.nvml_reader import GpuReader, error_name, error_reason
+from ansible_collections.gpuprov.gpu.plugins.module_utils.nvml_values import cuda_version_text, text
+
 #: Bump when the fact shape changes incompatibly.
 FACTS_VERSION = 1
-
-#: Calls answering these errors just have no value on this GPU or driver.
-QUIET_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
-
-#: Errors after which a GPU is unusable until a reset or reboot; no more queries are made for it.
-LOST_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")
-
-#: ``nvmlDeviceGetNvLinkRemoteDeviceType`` values (``NVML_NVLINK_DEVICE_TYPE_*``).
-NVLINK_DEVICE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch", 255: "unknown"}
-
-#: ``nvmlGpuFabricState_t`` values (``NVML_GPU_FABRIC_STATE_*``): a GPU's registration with the NVSwitch fabric
-#: that Fabric Manager (or the NVLink switch system's NVSwitch firmware) performs; Hopper and later report it.
-FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
-
-#: Fields of a GPU entry that change while it runs; parity comparisons ignore the whole ``live`` key.
-LIVE_KEY = "live"
-
-
-def error_name(nv: Any, exc: BaseException) -> str:
-    """Return the ``NVML_ERROR_*`` name of a pynvml error (``NVML_ERROR_CODE_<n>`` for an unknown code)."""
-    value = getattr(exc, "value", None)
-    # The error's own module is pynvml even when ``nv`` is a stand-in without a full dir().
-    for source in (nv, sys.modules.get(type(exc).__module__)):
-        for attr in dir(source) if source is not None else ():
-            if attr.startswith("NVML_ERROR_") and getattr(source, attr) == value:
-                return attr
-    return f"NVML_ERROR_CODE_{value}"
-
-
-def error_reason(exc: BaseException) -> str:
-    """Return pynvml's text for an error ("Driver Not Loaded"), never raising."""
-    try:
-        return str(exc)
-    except Exception:  # pynvml's __str__ calls into the library, which may be gone
-        return repr(exc)
-
-
-def text(value: Any) -> str:
-    """Decode a bytes value that older pynvml releases return; pass str through."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def sysfs_bus_id(bus_id: str | None) -> str | None:
-    """``00000000:00:06.0`` (NVML, 8-digit domain) -> ``0000:00:06.0`` (sysfs/lspci, lower case)."""
-    if not bus_id:
-        return None
-    domain, _, rest = bus_id.partition(":")
-    if not rest:
-        return bus_id.lower()
-    return f"{int(domain, 16):04x}:{rest}".lower()
-
-
-def cuda_version_text(value: int | None) -> str | None:
-    """``13000`` -> ``"13.0"``; ``12040`` -> ``"12.4"`` (NVML's 1000*major + 10*minor encoding)."""
-    if value is None:
-        return None
-    return f"{value // 1000}.{(value % 1000) // 10}"
-
-
-def architecture_name(nv: Any, value: int | None) -> str | None:
-    """``9`` -> ``"hopper"`` from pynvml's ``NVML_DEVICE_ARCH_*`` constants; unknown codes as text."""
-    if value is None:
-        return None
-    for attr in dir(nv):
-        if attr.startswith("NVML_DEVICE_ARCH_") and getattr(nv, attr) == value:
-            return attr[len("NVML_DEVICE_ARCH_") :].lower()
-    return str(value)
-
-
-def nvlink_version_text(nv: Any, value: int | None) -> str | None:
-    """NVML's NVLink version enum -> text: ``6`` (``NVML_NVLINK_VERSION_4_0``) -> ``"4.0"``; 0 (invalid) -> None."""
-    if not value:
-        return None
-    for attr in dir(nv):
-        if (
-            attr.startswith("NVML_NVLINK_VERSION_")
-            and attr != "NVML_NVLINK_VERSION_INVALID"
-            and getattr(nv, attr) == value
-        ):
-            return attr[len("NVML_NVLINK_VERSION_") :].replace("_", ".")
-    return str(value)
-
-
-def cpu_ids(mask_words: Any) -> list[int]:
-    """Expand NVML's CPU affinity bitmask (a sequence of 64-bit words, word 0 = CPUs 0-63) to CPU ids."""
-    out = []
-    for word_index, raw in enumerate(mask_words):
-        word = int(raw)
-        for bit in range(64):
-            if word >> bit & 1:
-                out.append(word_index * 64 + bit)
-    return out
-
-
-def milliwatts_to_watts(value: int | None) -> float | None:
-    """NVML reports power in mW; facts carry W (``700000`` -> ``700.0``)."""
-    return None if value is None else round(value / 1000.0, 3)
-
-
-class _Gpu:
-    """Reads one GPU's values, applying the error policy of this module."""
-
-    def __init__(self, nv: Any, index: int) -> None:
-        self.nv = nv
-        self.handle: Any = None
-        self.entry: dict[str, Any] = {"index": index, "lost": False, "error_name": None, "error": None}
-        self.errors: dict[str, str] = {}
-
-    def call(self, field: str, func_name: str, *args: Any) -> Any:
-        """Call ``nv.<func_name>(handle, *args)``; return None for errors as described in the module doc."""
-        if self.entry["lost"]:
-            return None
-        func = getattr(self.nv, func_name, None)
-        if func is None:  # pynvml older than this collector
-            return None
-        try:
-            return func(self.handle, *args)
-        except self.nv.NVMLError as exc:
-            self.record(field, exc)
-            return None
-
-    def record(self, field: str, exc: BaseException) -> None:
-        """Apply the error policy to an NVML error raised while reading ``field``."""
-        name = error_name(self.nv, exc)
-        if name in QUIET_ERRORS:
-            return
-        if name in LOST_ERRORS:
-            self.entry.update(lost=True, error_name=name, error=f"{error_reason(exc)} (while reading {field})")
-            return
-        self.errors[field] = name
-
-
-def _field(struct: Any, name: str) -> Any:
-    """Read a member of a pynvml ctypes structure, or None when the structure itself is missing."""
-    return None if struct is None else getattr(struct, name, None)
-
-
-def _pair(value: Any) -> tuple[Any, Any]:
-    """Split a (current, pending) pair that NVML returns as a list; (None, None) when missing."""
-    if value is None:
-        return None, None
-    return value[0], value[1]
-
-
-def _flag(value: Any) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def _pci(gpu: _Gpu) -> None:
-    pci = gpu.call("pci", "nvmlDeviceGetPciInfo")
-    bus_id = _field(pci, "busId")
-    bus_id = text(bus_id) if bus_id is not None else None
-    device_id = _field(pci, "pciDeviceId")
-    subsystem_id = _field(pci, "pciSubSystemId")
-    gpu.entry.update(
-        pci_bus_id=bus_id,
-        pci_bus_id_sysfs=sysfs_bus_id(bus_id),
-        pci_device_id=None if device_id is None else f"0x{device_id:08x}",
-        pci_subsystem_id=None if subsystem_id is None else f"0x{subsystem_id:08x}",
-    )
-
-
-def _identity(gpu: _Gpu) -> None:
-    nv = gpu.nv
-    name = gpu.call("name", "nvmlDeviceGetName")
-    uuid = gpu.call("uuid", "nvmlDeviceGetUUID")
-    serial = gpu.call("serial", "nvmlDeviceGetSerial")
-    capability = gpu.call("compute_capability", "nvmlDeviceGetCudaComputeCapability")
-    gpu.entry.update(
-        name=None if name is None else text(name),
-        uuid=None if uuid is None else text(uuid),
-        serial=None if serial is None else text(serial),
-        minor_number=gpu.call("minor_number", "nvmlDeviceGetMinorNumber"),
-        compute_capability=None if capability is None else f"{capability[0]}.{capability[1]}",
-        architecture=architecture_name(nv, gpu.call("architecture", "nvmlDeviceGetArchitecture")),
-    )
-
-
-def _memory(gpu: _Gpu) -> dict[str, Any]:
-    memory = gpu.call("memory_total_bytes", "nvmlDeviceGetMemoryInfo")
-    bar1 = gpu.call("bar1_total_bytes", "nvmlDeviceGetBAR1MemoryInfo")
-    gpu.entry.update(memory_total_bytes=_field(memory, "total"), bar1_total_bytes=_field(bar1, "bar1Total"))
-    return {"memory_used_bytes": _field(memory, "used"), "bar1_used_bytes": _field(bar1, "bar1Used")}
-
-
-def _modes(gpu: _Gpu) -> None:
-    nv = gpu.nv
-    mig_current, mig_pending = _pair(gpu.call("mig", "nvmlDeviceGetMigMode"))
-    ecc_current, ecc_pending = _pair(gpu.call("ecc", "nvmlDeviceGetEccMode"))
-    ecc: dict[str, Any] = {"current": _flag(ecc_current), "pending": _flag(ecc_pending)}
-    counters = (
-        ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
-        ("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
-    )
-    scopes = (("volatile", "NVML_VOLATILE_ECC"), ("aggregate", "NVML_AGGREGATE_ECC"))
-    for kind, kind_const in counters:
-        for scope, scope_const in scopes:
-            key = f"{kind}_{scope}"
-            ecc[key] = (
-                gpu.call("ecc." + key, "nvmlDeviceGetTotalEccErrors", getattr(nv, kind_const), getattr(nv, scope_const))
-                if ecc_current
-                else None
-            )
-    pending = gpu.call("ecc.retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus")
-    ecc["retired_pages_pending"] = _flag(pending)
-    rows = gpu.call("ecc.remapped_rows", "nvmlDeviceGetRemappedRows")
-    ecc["remapped_rows"] = (
-        None
-        if rows is None
-        else {"correctable": rows[0], "uncorrectable": rows[1], "pending": bool(rows[2]), "failure": bool(rows[3])}
-    )
-    gpu.entry.update(
-        persistence_mode=_flag(gpu.call("persistence_mode", "nvmlDeviceGetPersistenceMode")),
-        mig={
-            "current": _flag(mig_current),
-            "pending": _flag(mig_pending),
-            "max_devices": gpu.call("mig.max_devices", "nvmlDeviceGetMaxMigDeviceCount"),
-        },
-        ecc=ecc,
-    )
-
-
-def _pcie_and_power(gpu: _Gpu) -> None:
-    gpu.entry["pcie"] = {
-        "gen_current": gpu.call("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
-        "gen_max": gpu.call("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
-        "gen_gpu_max": gpu.call("pcie.gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration"),
-        "width_current": gpu.call("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
-        "width_max": gpu.call("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
-    }
-    gpu.entry.update(
-        power_limit_w=milliwatts_to_watts(gpu.call("power_limit_w", "nvmlDeviceGetPowerManagementLimit")),
-        power_default_limit_w=milliwatts_to_watts(
-            gpu.call("power_default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")
-        ),
-        enforced_power_limit_w=milliwatts_to_watts(
-            gpu.call("enforced_power_limit_w", "nvmlDeviceGetEnforcedPowerLimit")
-        ),
-    )
-
-
-def _topology(gpu: _Gpu, cpu_words: int) -> None:
-    nv = gpu.nv
-    affinity = gpu.call("cpu_affinity", "nvmlDeviceGetCpuAffinity", cpu_words)
-    gpu.entry.update(
-        numa_node=gpu.call("numa_node", "nvmlDeviceGetNumaNodeId"),
-        cpu_affinity=None if affinity is None else cpu_ids(affinity),
-    )
-    links = []
-    for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
-        if gpu.entry["lost"]:
-            break
-        try:
-            state = nv.nvmlDeviceGetNvLinkState(gpu.handle, link)
-        except nv.NVMLError as exc:
-            # Links past the GPU's count answer INVALID_ARGUMENT; PCIe-only boards NOT_SUPPORTED.
-            if error_name(nv, exc) in LOST_ERRORS:
-                gpu.record("nvlink", exc)
-            continue
-        remote = gpu.call("nvlink.remote_device_type", "nvmlDeviceGetNvLinkRemoteDeviceType", link) if state else None
-        links.append(
-            {
-                "link": link,
-                "active": bool(state),
-                "version": nvlink_version_text(nv, gpu.call("nvlink.version", "nvmlDeviceGetNvLinkVersion", link))
-                if state
-                else None,
-                "remote_device_type": None if remote is None else NVLINK_DEVICE_TYPES.get(remote, str(remote)),
-            }
-        )
-    remote_types = {entry["remote_device_type"] for entry in links if entry["active"]}
-    gpu.entry["nvlink"] = {
-        "links": links,
-        "active_links": sum(1 for entry in links if entry["active"]),
-        # None when no active link told its remote type (no NVLink, or the driver does not say).
-        "nvswitch_present": ("switch" in remote_types) if remote_types - {None} else None,
-    }
-
-
-def _fabric(gpu: _Gpu) -> None:
-    """``fabric {state, status}``: ``state`` from :data:`FABRIC_STATES`, ``status`` the NVML result of the
-    registration (``NVML_SUCCESS`` or an ``NVML_ERROR_*`` name); None when the GPU or driver does not report it."""
-    nv = gpu.nv
-    struct = getattr(nv, "c_nvmlGpuFabricInfo_t", None)
-    info = struct() if struct is not None else None
-    done = gpu.call("fabric", "nvmlDeviceGetGpuFabricInfo", ctypes.byref(info)) if info is not None else None
-    state = None if done is None else FABRIC_STATES.get(int(info.state), str(info.state))
-    if state in (None, "not_supported"):
-        gpu.entry["fabric"] = None
-        return
-    status = int(info.status)
-    name = "NVML_SUCCESS" if status == 0 else next(
-        (attr for attr in dir(nv) if attr.startswith("NVML_ERROR_") and getattr(nv, attr) == status),
-        f"NVML_ERROR_CODE_{status}")
-    gpu.entry["fabric"] = {"state": state, "status": name}
-
-
-def _live(gpu: _Gpu, memory: dict[str, Any]) -> None:
-    nv = gpu.nv
-    utilization = gpu.call("live.utilization", "nvmlDeviceGetUtilizationRates")
-    sensor = getattr(nv, "NVML_TEMPERATURE_GPU", 0)
-    gpu.entry[LIVE_KEY] = {
-        "temperature_c": gpu.call("live.temperature_c", "nvmlDeviceGetTemperature", sensor),
-        "power_draw_w": milliwatts_to_watts(gpu.call("live.power_draw_w", "nvmlDeviceGetPowerUsage")),
-        "utilization_gpu_pct": _field(utilization, "gpu"),
-        "utilization_memory_pct": _field(utilization, "memory"),
-        "performance_state": gpu.call("live.performance_state", "nvmlDeviceGetPerformanceState"),
-        "memory_used_bytes": memory["memory_used_bytes"],
-        "bar1_used_bytes": memory["bar1_used_bytes"],
-    }
 
 
 def _lost_bus_id(index: int, proc_root: str) -> str | None:
@@ -360,7 +63,7 @@ def _lost_bus_id(index: int, proc_root: str) -> str | None:
 
 def collect_gpu(nv: Any, index: int, cpu_words: int = 1, proc_root: str = "/proc") -> dict[str, Any]:
     """Return the facts of GPU ``index`` (see :func:`collect` for the shape)."""
-    gpu = _Gpu(nv, index)
+    gpu = GpuReader(nv, index)
     try:
         gpu.handle = nv.nvmlDeviceGetHandleByIndex(index)
     except nv.NVMLError as exc:
@@ -368,18 +71,18 @@ def collect_gpu(nv: Any, index: int, cpu_words: int = 1, proc_root: str = "/proc
         if not gpu.entry["lost"]:
             gpu.entry.update(lost=True, error_name=error_name(nv, exc), error=error_reason(exc) + " (handle)")
     # A lost GPU still gets every key (None), so consumers see one shape.
-    _pci(gpu)  # first: the bus id is what an operator needs when the GPU is lost
+    read_pci(gpu)  # first: the bus id is what an operator needs when the GPU is lost
     gpu.entry["pci_bus_id_source"] = "nvml" if gpu.entry["pci_bus_id"] else None
     if gpu.handle is None:
         guess = _lost_bus_id(index, proc_root)
         gpu.entry.update(pci_bus_id_sysfs=guess, pci_bus_id_source="procfs" if guess else None)
-    _identity(gpu)
-    memory = _memory(gpu)
-    _modes(gpu)
-    _pcie_and_power(gpu)
-    _topology(gpu, cpu_words)
-    _fabric(gpu)
-    _live(gpu, memory)
+    read_identity(gpu)
+    memory = read_memory(gpu)
+    read_modes(gpu)
+    read_pcie_and_power(gpu)
+    read_topology(gpu, cpu_words)
+    read_fabric(gpu)
+    read_live(gpu, memory)
     gpu.entry["errors"] = gpu.errors
     return gpu.entry
 

@@ -10,8 +10,8 @@ DOCUMENTATION = r"""
 module: bios_findings
 short_description: Evaluate the bios_check rules on a platform report and NVML facts
 description:
-  - Pure computation, changes nothing. The rules live in C(module_utils/findings.py), which gpuprov
-    imports too.
+  - Pure computation, changes nothing. The rules live in C(module_utils/findings.py) and the C(findings_*.py)
+    files it runs, one per group of checks; gpuprov imports them too.
   - Sets C(ansible_facts['bios_check_findings']) (this host's findings) and C(ansible_facts['gpuprov_findings'])
     (the findings of every gpuprov role so far, each with C(role)), replacing earlier bios_check entries.
 options:
@@ -24,7 +24,7 @@ options:
     type: dict
     default: {}
   settings:
-    description: Thresholds and driver plan (keys of C(DEFAULTS) in gpuprov_findings).
+    description: Thresholds and driver plan (keys of C(DEFAULTS) in C(module_utils/findings.py)).
     type: dict
     default: {}
   previous_gpus:

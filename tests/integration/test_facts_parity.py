@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -145,7 +146,7 @@ def test_mock_h200x2_matches_real_host(real: dict[str, Any], tmp_path: Path) -> 
         pytest.skip("no C compiler (cc) to build the mock NVML")
     lib = build_library(tmp_path / "lib")
     env = mock_environment(lib.parent, "h200x2", tmp_path / "conf")
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
     script = ("import json, pynvml; from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml; "
               "print(json.dumps(nvml.collect(pynvml, sysfs_root=%r)))")
     sysfs = tmp_path / "sys"

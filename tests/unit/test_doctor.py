@@ -5,6 +5,7 @@ libnvidia-ml.so.1 built from gpuprov/mocknvml) plus fixture sysfs/procfs/kernel-
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as rules
+from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_workload import swinging
 
 from gpuprov import doctor
 from tests.bios_check_fixtures import (
@@ -64,7 +66,7 @@ def collect(lib_dir: Path, tmp_path: Path, profile: str, tree: Tree, **extra: An
 
     root = build_tree(tmp_path / "fixture", tree)
     env = mock_environment(lib_dir, profile, tmp_path / "conf")
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(root)], env=env, capture_output=True, text=True,
                           check=False, timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -234,11 +236,11 @@ def _gpu(index: int = 0, **live: Any) -> dict[str, Any]:
 
 
 def test_utilisation_swinging_thresholds() -> None:
-    assert rules.swinging([100, 0, 0, 100, 0, 95, 0, 0, 100, 5])
-    assert not rules.swinging([95, 97, 99, 96, 98])  # busy and steady
-    assert not rules.swinging([0, 0, 0, 0, 0])  # idle
-    assert not rules.swinging([100, 0, 100])  # too few samples
-    assert not rules.swinging([60, 80, 55, 90, 70, 65])  # varies, but never idle
+    assert swinging([100, 0, 0, 100, 0, 95, 0, 0, 100, 5])
+    assert not swinging([95, 97, 99, 96, 98])  # busy and steady
+    assert not swinging([0, 0, 0, 0, 0])  # idle
+    assert not swinging([100, 0, 100])  # too few samples
+    assert not swinging([60, 80, 55, 90, 70, 65])  # varies, but never idle
     facts = {"nvml": {"available": True, "count": 1, "gpus": [_gpu()]},
              "samples": {"window_s": 10, "gpus": {"0": [100, 0, 0, 100, 0, 95, 0, 0, 100, 5]}}}
     d = only(rules.diagnose(facts), "utilization_swinging")
@@ -290,5 +292,7 @@ def test_device_holders_scan(tmp_path: Path) -> None:
 def test_rules_are_python38_syntax() -> None:
     import ast
 
-    source = (ROOT / "plugins" / "module_utils" / "doctor.py").read_text()
-    ast.parse(source, feature_version=(3, 8))
+    files = sorted((ROOT / "plugins" / "module_utils").glob("doctor*.py"))
+    assert len(files) > 1
+    for path in files:
+        ast.parse(path.read_text(), feature_version=(3, 8), filename=str(path))

@@ -1,5 +1,5 @@
-"""The verify role's ladder (plugins/modules/verify_ladder.py), its all-reduce script, the shared play
-collector (gpuprov.hostplay) and the fleet accounting of gpuprov.verify.
+"""The verify role's ladder (plugins/module_utils/ladder*.py, run by the verify_ladder module), its all-reduce
+script, the shared play collector (gpuprov.hostplay) and the fleet accounting of gpuprov.verify.
 
 NVML facts come from the recorded h200x2 capture through the real collector (tests/nvml_fake.py); commands
 are answered by a fake runner that records what the ladder ran. The nvidia-smi texts are real outputs
@@ -14,11 +14,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from ansible_collections.gpuprov.gpu.plugins.modules import verify_ladder
+from ansible_collections.gpuprov.gpu.plugins.module_utils import ladder
+from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_tools import python_candidates
+from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_workload_steps import busbw_threshold, parse_p2p_matrix
 from nvml_fake import FakeNvml
 
 from gpuprov import verify
@@ -33,8 +34,6 @@ P2P_OK = (" \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n\nLege
           "  OK   = Status Ok\n  CNS  = Chipset not supported\n  NS   = Not supported\n")
 P2P_NS = P2P_OK.replace("GPU0\tX\tOK", "GPU0\tX\tNS").replace("GPU1\tOK\tX", "GPU1\tNS\tX")
 
-
-ladder: ModuleType = verify_ladder
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +216,7 @@ def test_cuda_sample_rung(h200x2: dict[str, Any], tmp_path: Path) -> None:
 
 
 def test_p2p_rung_parses_the_matrix(h200x2: dict[str, Any], tmp_path: Path) -> None:
-    assert ladder.parse_p2p_matrix(P2P_OK) == {"0-1": "OK", "1-0": "OK"}
+    assert parse_p2p_matrix(P2P_OK) == {"0-1": "OK", "1-0": "OK"}
     run = FakeRun({"nvidia-smi topo -p2p": (0, P2P_NS, "")})
     step = _ladder(h200x2, tmp_path, run, tools=("nvidia-smi",)).p2p_step()
     assert step["status"] == "fail"
@@ -249,9 +248,9 @@ def test_nccl_rung_thresholds_and_skips(h200x2: dict[str, Any], tmp_path: Path) 
 
 def test_busbw_threshold_picks_link_kind_and_unknown_models() -> None:
     thresholds = {"busbw_table": TABLE}
-    assert ladder.busbw_threshold("NVIDIA H200", True, thresholds) == (250.0, "model table H200 (nvlink)")
-    assert ladder.busbw_threshold("NVIDIA H200 NVL", False, thresholds) == (35.0, "model table H200 (pcie)")
-    assert ladder.busbw_threshold("NVIDIA L40S", True, thresholds) == (None, None)
+    assert busbw_threshold("NVIDIA H200", True, thresholds) == (250.0, "model table H200 (nvlink)")
+    assert busbw_threshold("NVIDIA H200 NVL", False, thresholds) == (35.0, "model table H200 (pcie)")
+    assert busbw_threshold("NVIDIA L40S", True, thresholds) == (None, None)
 
 
 def test_container_and_dcgm_rungs(h200x2: dict[str, Any], tmp_path: Path) -> None:
@@ -290,7 +289,7 @@ def test_python_candidates_keep_each_virtual_environment(tmp_path: Path) -> None
         (tmp_path / venv).mkdir()
         (tmp_path / venv / "python3").symlink_to(real)
     path = f"{tmp_path / 'a'}:{tmp_path / 'b'}:{tmp_path / 'a'}"
-    assert ladder.python_candidates([], path) == [str(tmp_path / "a" / "python3"), str(tmp_path / "b" / "python3")]
+    assert python_candidates([], path) == [str(tmp_path / "a" / "python3"), str(tmp_path / "b" / "python3")]
 
 
 def test_allreduce_script_reports_why_it_cannot_run() -> None:

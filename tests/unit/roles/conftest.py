@@ -5,10 +5,9 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
-from ansible_collections.gpuprov.gpu.plugins.module_utils import findings, kernels
+from ansible_collections.gpuprov.gpu.plugins.module_utils import findings, kernels, platform_report
 from ansible_collections.gpuprov.gpu.plugins.modules import gpu_pci_info as gpu_pci_info_module
 from ansible_collections.gpuprov.gpu.plugins.modules import initramfs_info as initramfs_info_module
-from ansible_collections.gpuprov.gpu.plugins.modules import platform_info as platform_info_module
 
 
 @pytest.fixture(scope="session")
@@ -33,4 +32,5 @@ def findings_rules() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def platform_info() -> ModuleType:
-    return platform_info_module
+    """platform_info's reading code: module_utils/platform_report.py (``collect``)."""
+    return platform_report

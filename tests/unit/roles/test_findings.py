@@ -1,9 +1,10 @@
-"""bios_check rules (module_utils/findings.py) on the mock NVML profiles' facts, fake platform trees and
-the real 2x H200 capture (tests/data/real-h200/facts.json)."""
+"""bios_check rules (module_utils/findings.py and its findings_*.py groups) on the mock NVML profiles' facts,
+fake platform trees and the real 2x H200 capture (tests/data/real-h200/facts.json)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from ansible_collections.gpuprov.gpu.plugins.modules import platform_info
+from ansible_collections.gpuprov.gpu.plugins.module_utils import platform_report
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matches
 
 from tests.bios_check_fixtures import (
     A100X8_BUS,
@@ -54,7 +56,7 @@ def profile_facts(mock_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> A
     def get(profile: str) -> dict[str, Any]:
         if profile not in cache:
             env = mock_environment(mock_lib, profile, tmp_path_factory.mktemp(profile))
-            env["PYTHONPATH"] = str(ROOT)
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
             proc = subprocess.run(
                 [sys.executable, "-c", COLLECT], env=env, capture_output=True, text=True, check=True, timeout=120
             )
@@ -66,7 +68,7 @@ def profile_facts(mock_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> A
 
 def platform(rules_mod: ModuleType, tmp_path: Path, tree: Tree) -> dict[str, Any]:
 
-    info = platform_info
+    info = platform_report
     build_tree(tmp_path, tree)
     result: dict[str, Any] = info.collect(
         str(tmp_path / "sys"), str(tmp_path / "proc"), str(tmp_path / "kernel.log"), None, False
@@ -273,8 +275,8 @@ def test_count_and_model_mismatch(findings_rules: ModuleType, profile_facts: Any
         ("H100-PCIe", "NVIDIA H200", False),
     ],
 )
-def test_model_matching(findings_rules: ModuleType, want: str, have: str, ok: bool) -> None:
-    assert findings_rules.model_matches(want, have) is ok
+def test_model_matching(want: str, have: str, ok: bool) -> None:
+    assert model_matches(want, have) is ok
 
 
 def test_fail_message_lists_each_finding_and_fix(findings_rules: ModuleType, profile_facts: Any) -> None:

@@ -1,4 +1,5 @@
-"""platform_info on fake sysfs/procfs trees and kernel-log fixtures (tests/bios_check_fixtures.py)."""
+"""platform_info's reading code (module_utils/platform_*.py) on fake sysfs/procfs trees and kernel-log fixtures
+(tests/bios_check_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import platform_pci
 
 from tests.bios_check_fixtures import (
     GIB,
@@ -184,12 +186,12 @@ REAL_H200_RESOURCE = "\n".join([
 ]) + "\n"
 
 
-def test_bar1_of_a_gpu_with_64_bit_bar0(platform_info: ModuleType, tmp_path: Path) -> None:
+def test_bar1_of_a_gpu_with_64_bit_bar0(tmp_path: Path) -> None:
     """Regression: on the real H200 host the BAR1 aperture was misread as unmapped (slot 1 is BAR0's upper half)."""
     resource = tmp_path / "resource"
     resource.write_text(REAL_H200_RESOURCE, encoding="utf-8")
-    bars = platform_info._resource(str(resource))
-    assert platform_info.nvidia_bar1_index(bars) == 2
+    bars = platform_pci.read_resources(str(resource))
+    assert platform_pci.nvidia_bar1_index(bars) == 2
     bar1 = next(b for b in bars if b["index"] == 2)
     assert bar1["size"] == 256 * 1024**3
     assert bar1["start"] >= 4 * 1024**3

@@ -1,4 +1,5 @@
-"""initramfs_info: tracked files, image lookup, content comparison, stale kernels.
+"""initramfs_info and its module_utils (initramfs_files, _boot, _image): tracked files, image lookup, content
+comparison, stale kernels.
 
 The end-to-end tests put a stand-in `unmkinitramfs` on PATH that "unpacks" an image by copying the
 directory `<image>.d`, so the module runs its real code path without root or a kernel.
@@ -15,11 +16,12 @@ from types import ModuleType
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuprov.gpu.plugins.module_utils import initramfs_boot, initramfs_files, initramfs_image
 
 BLACKLIST = b"# Ansible managed\nblacklist nouveau\noptions nouveau modeset=0\n"
 
 
-def test_tracked_files_scan_mentions_on_non_comment_lines(tmp_path: Path, initramfs_info: ModuleType) -> None:
+def test_tracked_files_scan_mentions_on_non_comment_lines(tmp_path: Path) -> None:
     etc, lib = tmp_path / "etc", tmp_path / "lib"
     etc.mkdir()
     lib.mkdir()
@@ -29,7 +31,7 @@ def test_tracked_files_scan_mentions_on_non_comment_lines(tmp_path: Path, initra
     (etc / "nouveau.conf.bak").write_text("blacklist nouveau\n")
     (lib / "nvidia-drm.conf").write_text("options nvidia-drm modeset=1\n")
     (tmp_path / "usrlib").symlink_to("lib")  # merged /usr: the same directory twice
-    tracked = initramfs_info.tracked_files(
+    tracked = initramfs_files.tracked_files(
         [str(etc / "gpuprov-nouveau.conf")],
         [str(etc), str(tmp_path / "usrlib"), str(lib)],
         ["nouveau", "nova_core", "nvidia", "NVreg_"],
@@ -40,42 +42,42 @@ def test_tracked_files_scan_mentions_on_non_comment_lines(tmp_path: Path, initra
     assert tracked[1]["reason"] == "mentions nvidia"
 
 
-def test_tracked_file_absent_on_disk_has_no_hash(tmp_path: Path, initramfs_info: ModuleType) -> None:
-    tracked = initramfs_info.tracked_files([str(tmp_path / "gone.conf")], [], [])
+def test_tracked_file_absent_on_disk_has_no_hash(tmp_path: Path) -> None:
+    tracked = initramfs_files.tracked_files([str(tmp_path / "gone.conf")], [], [])
     assert tracked == [{"path": str(tmp_path / "gone.conf"), "reason": "requested", "sha256": None}]
 
 
-def test_resolve_in_root_keeps_absolute_links_inside(tmp_path: Path, initramfs_info: ModuleType) -> None:
+def test_resolve_in_root_keeps_absolute_links_inside(tmp_path: Path) -> None:
     root = tmp_path / "img"
     (root / "usr" / "lib" / "modprobe.d").mkdir(parents=True)
     (root / "usr" / "lib" / "modprobe.d" / "a.conf").write_text("x")
     (root / "lib").symlink_to("/usr/lib")  # absolute: must resolve inside the image, not on the host
-    assert initramfs_info.resolve_in_root(str(root), "lib/modprobe.d/a.conf") == str(
+    assert initramfs_image.resolve_in_root(str(root), "lib/modprobe.d/a.conf") == str(
         root / "usr" / "lib" / "modprobe.d" / "a.conf"
     )
-    assert initramfs_info.resolve_in_root(str(root), "etc/passwd") is None
+    assert initramfs_image.resolve_in_root(str(root), "etc/passwd") is None
     (root / "loop").symlink_to("loop")
-    assert initramfs_info.resolve_in_root(str(root), "loop/x") is None
+    assert initramfs_image.resolve_in_root(str(root), "loop/x") is None
 
 
-def test_unpacked_roots_prefers_main_archive(tmp_path: Path, initramfs_info: ModuleType) -> None:
-    assert initramfs_info.unpacked_roots(str(tmp_path)) == [str(tmp_path)]
+def test_unpacked_roots_prefers_main_archive(tmp_path: Path) -> None:
+    assert initramfs_image.unpacked_roots(str(tmp_path)) == [str(tmp_path)]
     for sub in ("main", "early", "early2"):
         (tmp_path / sub).mkdir()
-    assert initramfs_info.unpacked_roots(str(tmp_path)) == [
+    assert initramfs_image.unpacked_roots(str(tmp_path)) == [
         str(tmp_path / "main"),
         str(tmp_path / "early"),
         str(tmp_path / "early2"),
     ]
 
 
-def test_candidate_paths_cover_merged_usr(initramfs_info: ModuleType) -> None:
-    paths = initramfs_info.candidate_paths("/usr/lib/modprobe.d/x.conf")
+def test_candidate_paths_cover_merged_usr() -> None:
+    paths = initramfs_image.candidate_paths("/usr/lib/modprobe.d/x.conf")
     assert "usr/lib/modprobe.d/x.conf" in paths
     assert "lib/modprobe.d/x.conf" in paths
 
 
-def test_boot_entry_images_from_grub_and_bls(tmp_path: Path, initramfs_info: ModuleType) -> None:
+def test_boot_entry_images_from_grub_and_bls(tmp_path: Path) -> None:
     (tmp_path / "grub").mkdir()
     (tmp_path / "grub" / "grub.cfg").write_text(
         "menuentry 'Ubuntu' {\n"
@@ -87,42 +89,42 @@ def test_boot_entry_images_from_grub_and_bls(tmp_path: Path, initramfs_info: Mod
     (tmp_path / "loader" / "entries" / "a.conf").write_text(
         "title x\nlinux /vmlinuz-6.8.0-1\ninitrd /initramfs-6.8.0-1.img\n"
     )
-    refs = initramfs_info.boot_entry_images(str(tmp_path))
+    refs = initramfs_boot.boot_entry_images(str(tmp_path))
     assert refs == {
         "5.15.0-119-generic": [str(tmp_path / "initrd.img-5.15.0-119-generic")],
         "6.8.0-1": [str(tmp_path / "initramfs-6.8.0-1.img")],
     }
 
 
-def test_choose_image_and_rebuild_command(tmp_path: Path, initramfs_info: ModuleType) -> None:
+def test_choose_image_and_rebuild_command(tmp_path: Path) -> None:
     boot = str(tmp_path)
     (tmp_path / "initrd.img-5.4.0-190-generic").touch()
     (tmp_path / "initramfs-6.8.0-1.img").touch()
-    image, source = initramfs_info.choose_image("initramfs-tools", boot, "5.4.0-190-generic", {})
+    image, source = initramfs_boot.choose_image("initramfs-tools", boot, "5.4.0-190-generic", {})
     assert (image, source) == (str(tmp_path / "initrd.img-5.4.0-190-generic"), "default")
-    assert initramfs_info.rebuild_argv("initramfs-tools", boot, "5.4.0-190-generic", image) == [
+    assert initramfs_boot.rebuild_argv("initramfs-tools", boot, "5.4.0-190-generic", image) == [
         "update-initramfs",
         "-u",
         "-k",
         "5.4.0-190-generic",
     ]
-    missing, _ = initramfs_info.choose_image("initramfs-tools", boot, "5.15.0-119-generic", {})
-    assert initramfs_info.rebuild_argv("initramfs-tools", boot, "5.15.0-119-generic", missing)[1] == "-c"
+    missing, _ = initramfs_boot.choose_image("initramfs-tools", boot, "5.15.0-119-generic", {})
+    assert initramfs_boot.rebuild_argv("initramfs-tools", boot, "5.15.0-119-generic", missing)[1] == "-c"
     # the boot entry names another file than update-initramfs writes: build exactly that file
     refs = {"6.8.0-1": [str(tmp_path / "initramfs-6.8.0-1.img")]}
-    image, source = initramfs_info.choose_image("initramfs-tools", boot, "6.8.0-1", refs)
+    image, source = initramfs_boot.choose_image("initramfs-tools", boot, "6.8.0-1", refs)
     assert source == "boot entry"
-    assert initramfs_info.rebuild_argv("initramfs-tools", boot, "6.8.0-1", image) == [
+    assert initramfs_boot.rebuild_argv("initramfs-tools", boot, "6.8.0-1", image) == [
         "mkinitramfs",
         "-o",
         image,
         "6.8.0-1",
     ]
-    image, _ = initramfs_info.choose_image("dracut", boot, "6.8.0-1", {})
-    assert initramfs_info.rebuild_argv("dracut", boot, "6.8.0-1", image) == ["dracut", "--force", image, "6.8.0-1"]
+    image, _ = initramfs_boot.choose_image("dracut", boot, "6.8.0-1", {})
+    assert initramfs_boot.rebuild_argv("dracut", boot, "6.8.0-1", image) == ["dracut", "--force", image, "6.8.0-1"]
 
 
-def test_parse_lsinitrd_listing(initramfs_info: ModuleType) -> None:
+def test_parse_lsinitrd_listing() -> None:
     output = (
         "Image: /boot/initramfs-6.8.0-1.img: 30M\n"
         "========================================================================\n"
@@ -135,14 +137,14 @@ def test_parse_lsinitrd_listing(initramfs_info: ModuleType) -> None:
         "-rw-r--r--   1 root     root      2000000 Jan  1 00:00 usr/lib/modules/6.8.0-1/kernel/drivers/gpu/drm/"
         "nouveau/nouveau.ko.xz\n"
     )
-    listed = initramfs_info.parse_lsinitrd(output)
+    listed = initramfs_image.parse_lsinitrd(output)
     assert "etc/modprobe.d/gpuprov-nouveau.conf" in listed
     assert "lib" in listed
     assert "." not in listed
     assert "usr/lib/modules/6.8.0-1/kernel/drivers/gpu/drm/nouveau/nouveau.ko.xz" in listed
 
 
-def test_compare_reports_each_kind_of_staleness(initramfs_info: ModuleType) -> None:
+def test_compare_reports_each_kind_of_staleness() -> None:
     sha = hashlib.sha256(BLACKLIST).hexdigest()
     tracked = [
         {"path": "/etc/modprobe.d/a.conf", "sha256": sha},
@@ -159,7 +161,7 @@ def test_compare_reports_each_kind_of_staleness(initramfs_info: ModuleType) -> N
         "/etc/modprobe.d/e.conf": None,
     }
     kernel = {"image": "/boot/initrd.img-k", "files": [], "reasons": []}
-    initramfs_info.compare(kernel, tracked, contents)
+    initramfs_files.compare(kernel, tracked, contents)
     assert kernel["reasons"] == [
         "/boot/initrd.img-k lacks /etc/modprobe.d/a.conf",
         "/boot/initrd.img-k has an outdated copy of /etc/modprobe.d/b.conf",
