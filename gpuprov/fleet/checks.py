@@ -8,62 +8,16 @@ into the settings and recorded as :class:`~gpuprov.fleet.model.Resolution` with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprov.fleet.errors import suggest_fix
-from gpuprov.fleet.merge import origin_of
-from gpuprov.fleet.mig import LayoutFit, check_mig
-from gpuprov.fleet.model import Resolution
-from gpuprov.fleet.problem import Path_, Problem, format_path
+from gpuprov.fleet.hostcheck import HostCheck
+from gpuprov.fleet.mig import check_mig
 from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
 
 _LONG_LIVED = ("ltsb", "production")
 #: DCGM version the monitoring role installs when the fleet names none (roles/monitoring/defaults/main.yml)
 DEFAULT_DCGM = "3.3.5"
-
-
-@dataclass
-class HostCheck:
-    """Context of one host's checks: where to report and what was found."""
-
-    name: str
-    file: str
-    host_line: int
-    origins: dict[Path_, Path_]
-    line_of: Callable[[Path_], int]
-    problems: list[Problem] = field(default_factory=list)
-    resolutions: list[Resolution] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    mig_fits: list[LayoutFit] = field(default_factory=list)
-
-    def _where(self, sub: Path_) -> tuple[Path_, int]:
-        origin = origin_of(self.origins, sub)
-        if origin is None:
-            return ("hosts", self.name, "settings", *sub), self.host_line
-        return origin, self.line_of(origin)
-
-    def fail(self, sub: Path_, problem: str, fix: str, *, anchor: Path_ | None = None) -> None:
-        """Report ``problem`` for settings path ``sub``; with ``anchor``, on the line of that field's layer."""
-        if anchor is not None and origin_of(self.origins, anchor) is not None:
-            origin = origin_of(self.origins, anchor)
-            assert origin is not None
-            path: Path_ = (*origin[: len(origin) - len(anchor)], *sub)
-            line = self.line_of(origin)
-        else:
-            path, line = self._where(sub)
-        if path[:2] != ("hosts", self.name):
-            problem = f"host {self.name}: {problem}"
-        self.problems.append(Problem(self.file, line, format_path(path), problem, fix))
-
-    def resolve(self, settings: dict[str, Any], sub: Path_, value: Any, reason: str) -> None:
-        """Set settings path ``sub`` to ``value`` and record why."""
-        target = settings
-        for key in sub[:-1]:
-            target = target[key]
-        target[sub[-1]] = value
-        self.resolutions.append(Resolution(format_path(sub), value, reason))
 
 
 def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None:

@@ -17,33 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuprov.fleet.errors import suggest_fix
+from gpuprov.fleet.hostcheck import HostCheck, LayoutFit, Misfit
 from gpuprov.fleet.merge import origin_of
 from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.matrix import GpuModel, Matrix
 from gpuprov.mig_profiles import MigGeometry
 
-if TYPE_CHECKING:
-    from gpuprov.fleet.checks import HostCheck
-
-#: (settings path, problem, fix)
-Misfit = tuple[Path_, str, str]
 _COMPUTE = re.compile(r"^(\d+)g\.")
-
-
-@dataclass(frozen=True)
-class LayoutFit:
-    """How a layout that a host has in its settings fits the host's GPU model (``misfits`` empty: it fits);
-    ``used``: it is the host's ``mig.layout``. ``origin`` is the file path of the layer that set the layout
-    (``("settings", "mig", "layouts", "x")``)."""
-
-    origin: Path_
-    model: str
-    misfits: tuple[Misfit, ...]
-    used: bool
 
 
 def check_mig(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel) -> None:

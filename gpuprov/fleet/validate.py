@@ -19,11 +19,12 @@ from pydantic_core import PydanticCustomError
 
 from gpuprov.exceptions import FleetValidationError
 from gpuprov.fleet.addresses import address_key
-from gpuprov.fleet.checks import HostCheck, check_host
+from gpuprov.fleet.checks import check_host
 from gpuprov.fleet.errors import describe, problems_from, suggest_fix
+from gpuprov.fleet.hostcheck import HostCheck, LayoutFit
 from gpuprov.fleet.loader import LoadedYaml, load_yaml
 from gpuprov.fleet.merge import Layer, merge_layers, origin_of
-from gpuprov.fleet.mig import LayoutFit, unused_layout_problems
+from gpuprov.fleet.mig import unused_layout_problems
 from gpuprov.fleet.model import Connection, Fleet, Host
 from gpuprov.fleet.problem import Path_, Problem, format_path
 from gpuprov.fleet.schema import TOP_LEVEL, Group, HostEntry, Settings, Ssh
