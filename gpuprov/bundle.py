@@ -4,7 +4,7 @@
 
 1. :func:`stack_packages` turns a host's effective settings into the top-level packages the roles install
    (NVIDIA's names and version rules, mirrored from the roles' ``vars/main.yml``; see its docstring).
-2. :func:`fetch_index` reads ``Packages.gz`` (or ``Packages``) of the CUDA repository the roles would use:
+2. :func:`gpuprov.mirrorfetch.fetch_index` reads ``Packages.gz`` (or ``Packages``) of the CUDA repository the roles would use:
    ``mirrors.cuda_repo_url`` or NVIDIA's ``https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64/``.
    ``user:password@`` in that URL is sent as HTTP basic auth, and logged and recorded as ``user:***@``.
 3. :func:`resolve` picks each wanted version and follows ``Pre-Depends``/``Depends`` (not ``Recommends``: the
@@ -29,9 +29,6 @@ import logging
 import os
 import re
 import shutil
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,10 +38,10 @@ from debian.deb822 import Packages
 from debian.debian_support import Version, version_compare
 
 from gpuprov.aptsign import key_fingerprint, release_text, sign
-from gpuprov.exceptions import ConfigError, EnvironmentMissing, GpuprovError
+from gpuprov.exceptions import ConfigError, GpuprovError
 from gpuprov.fleet import Fleet
 from gpuprov.fleet.checks import DEFAULT_DCGM
-from gpuprov.fleet.problem import redact_credentials
+from gpuprov.mirrorfetch import fetch, fetch_index, register_credentials
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +51,6 @@ NVIDIA_CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
 CONTAINER_TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
                      "libnvidia-container1")
 CONTAINER_TOOLKIT_VERSION = "1.17.8-1"
-TIMEOUT_S = 60
 _OPS = {"<<": lambda c: c < 0, "<=": lambda c: c <= 0, "=": lambda c: c == 0, ">=": lambda c: c >= 0,
         ">>": lambda c: c > 0}
 
@@ -148,73 +144,6 @@ def repo_url(settings: dict[str, Any], os_name: str) -> str:
             raise ConfigError(f"mirrors.cuda_repo_url names environment variable {url.get('env')}, which is unset")
         url = value
     return (str(url) if url else f"{NVIDIA_CUDA_REPOS}/{os_name}/x86_64").rstrip("/") + "/"
-
-
-#: Credentials of the mirrors this process reads, by URL prefix (the URL without ``user:password@``): sent as
-#: HTTP basic auth to that prefix only (``add_unredirected_header``: not to a host a redirect points at).
-_PASSWORDS = urllib.request.HTTPPasswordMgrWithPriorAuth()
-_OPENER = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(_PASSWORDS))
-#: What a redacted URL carries instead of the password (as :func:`redact_credentials` writes it).
-REDACTED = "***"
-
-
-def _without_userinfo(url: str) -> tuple[str, str | None, str | None]:
-    """``https://user:pa%40ss@host/p/`` -> (``https://host/p/``, ``user``, ``pa@ss``); names percent-decoded."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, None, None
-    hostport = parts.netloc.rpartition("@")[2]
-    plain = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
-    user = urllib.parse.unquote(parts.username) if parts.username is not None else None
-    password = urllib.parse.unquote(parts.password) if parts.password is not None else None
-    return plain, user, password
-
-
-def register_credentials(url: str) -> str:
-    """Remember the ``user:password@`` of ``url`` for every later request under it, and return ``url`` with
-    the password replaced by ``***`` (what the manifest stores and messages show). A URL without a password,
-    or with ``***`` in its place, is returned as it is.
-
-    Raises:
-        ConfigError: ``url`` cannot be parsed (e.g. an unclosed IPv6 bracket); the message shows it redacted.
-    """
-    try:
-        plain, user, password = _without_userinfo(url)
-    except ValueError as exc:
-        raise ConfigError(f"mirrors.cuda_repo_url {redact_credentials(url)} is not a valid URL ({exc}) - correct it "
-                          "(or the environment variable it names)") from None
-    if user is None or password is None or password == REDACTED:
-        return url
-    _PASSWORDS.add_password(None, plain, user, password, is_authenticated=True)
-    parts = urllib.parse.urlsplit(plain)
-    redacted = urllib.parse.urlunsplit(parts._replace(netloc=f"{urllib.parse.quote(user, safe='')}:{REDACTED}@"
-                                                             f"{parts.netloc}"))
-    log.debug("bundle: basic auth as %s for %s", user, plain)
-    return redacted
-
-
-def _get(url: str) -> bytes:
-    """The body of ``url`` (bytes). Credentials in it (or registered for it by :func:`register_credentials`)
-    go as HTTP basic auth, never in the request line. Raises urllib.error.URLError / OSError."""
-    plain = _without_userinfo(register_credentials(url))[0]
-    with _OPENER.open(plain, timeout=TIMEOUT_S) as response:
-        data: bytes = response.read()
-    return data
-
-
-def fetch_index(url: str) -> list[Packages]:
-    """The package paragraphs of the flat repository at ``url`` (``Packages.gz``, else ``Packages``),
-    amd64 and all only. Raises EnvironmentMissing when neither can be read."""
-    errors = []
-    for name, decode in (("Packages.gz", gzip.decompress), ("Packages", lambda b: b)):
-        try:
-            text = decode(_get(url + name)).decode("utf-8")
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            errors.append(redact_credentials(f"{url}{name}: {exc}"))
-            continue
-        return [p for p in Packages.iter_paragraphs(text.splitlines(keepends=True), use_apt_pkg=False)
-                if p.get("Architecture") in ("amd64", "all")]
-    raise EnvironmentMissing("cannot read the repository index: " + "; ".join(errors))
 
 
 @dataclass
@@ -408,7 +337,7 @@ def missing_message(manifest: dict[str, Any]) -> str:
                      for m in manifest["missing"])
 
 
-def download(manifest: dict[str, Any], out_dir: Path, getter: Any = _get) -> None:
+def download(manifest: dict[str, Any], out_dir: Path, getter: Any = fetch) -> None:
     """Fetch every package of ``manifest`` into ``out_dir/<os>/`` and check its sha256 and size.
 
     A file already there with the right sha256 is kept. Raises GpuprovError (exit 2) on a mismatch; the

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from gpuprov import bundle
+from gpuprov import bundle, mirrorfetch
 from gpuprov.exceptions import GpuprovError
 from gpuprov.fleet import load_fleet
 from gpuprov.standin import PackageSpec, build_repository
@@ -177,7 +177,7 @@ def test_sha256_mismatch_is_refused(standin_repo: tuple[Path, str], tmp_path: Pa
                                                   cudnn={"version": None}, monitoring={"enabled": False})))
 
     def tampered(address: str) -> bytes:
-        data = bundle._get(address)
+        data = mirrorfetch.fetch(address)
         return data[:-1] + bytes([data[-1] ^ 1]) if "nvidia-utils" in address else data
 
     with pytest.raises(GpuprovError, match=r"nvidia-utils-570.*does not match the repository index.*refused"):
@@ -187,7 +187,7 @@ def test_sha256_mismatch_is_refused(standin_repo: tuple[Path, str], tmp_path: Pa
 
 def test_unreachable_repository_is_an_environment_error(tmp_path: Path) -> None:
     with pytest.raises(GpuprovError) as info:
-        bundle.fetch_index("http://127.0.0.1:9/")
+        mirrorfetch.fetch_index("http://127.0.0.1:9/")
     assert info.value.exit_code == 4
 
 
@@ -306,10 +306,10 @@ def test_credentialed_mirror_file(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     caplog.set_level(logging.DEBUG, logger="gpuprov")
     for url in serve_with_basic_auth(tmp_path, "mirror", password):
         credentialed = url.replace("://", f"://mirror:{urllib.parse.quote(password, safe='')}@")
-        assert bundle._get(credentialed + "tiny.txt") == b"tiny\n"
+        assert mirrorfetch.fetch(credentialed + "tiny.txt") == b"tiny\n"
         assert _BasicAuth.seen[0][0] == "/tiny.txt"
         with pytest.raises(urllib.error.HTTPError, match="401"):  # the server does check
-            bundle._get(url.replace("://", "://mirror:wrong@") + "tiny.txt")
+            mirrorfetch.fetch(url.replace("://", "://mirror:wrong@") + "tiny.txt")
     assert all(password not in text and urllib.parse.quote(password, safe="") not in text
                for text in [r.getMessage() for r in caplog.records])
 
