@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.import_graph import assert_acyclic
+
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = sorted((ROOT / "plugins").glob("*/*.py"))
 MODULE_UTILS = "ansible_collections.gpuprov.gpu.plugins.module_utils"
@@ -47,15 +49,4 @@ def test_module_utils_imports_resolve_without_cycles() -> None:
     for path in PLUGINS:
         missing = _module_utils_imports(path) - set(files)
         assert not missing, f"{_name(path)} imports module_utils that do not exist: {sorted(missing)}"
-    done: set[str] = set()
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        assert name not in chain, "import cycle: " + " -> ".join((*chain, name))
-        if name in done:
-            return
-        for dep in sorted(graph[name]):
-            visit(dep, (*chain, name))
-        done.add(name)
-
-    for name in sorted(graph):
-        visit(name, ())
+    assert_acyclic(graph)
