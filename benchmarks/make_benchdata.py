@@ -1,4 +1,4 @@
-"""Cut the benchmark's image set from the real photographs that :mod:`gpuprov.images.data` fetches.
+"""Cut the benchmark's image set from the real photographs that :mod:`tests.photos` fetches.
 
 Writes ``--count`` JPEGs (default 400) into ``OUT``: random crops of the large real photos
 (``forensics-samples-files`` phone pictures and ``mate-backgrounds`` photos), each scaled so its long
@@ -23,7 +23,7 @@ def make(out: Path, count: int = 400, seed: int = 0) -> list[Path]:
     """Write ``count`` crops into ``out``; returns their paths (``img-0000.jpg`` ...)."""
     from PIL import Image, ImageOps
 
-    from gpuprov.images.data import real_images
+    from tests.photos import real_images
 
     rng = random.Random(seed)
     photos = []

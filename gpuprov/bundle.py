@@ -4,8 +4,8 @@
 
 1. :func:`stack_packages` turns a host's effective settings into the top-level packages the roles install
    (NVIDIA's names and version rules, mirrored from the roles' ``vars/main.yml``; see its docstring).
-2. :func:`gpuprov.mirrorfetch.fetch_index` reads ``Packages.gz`` (or ``Packages``) of the CUDA repository the roles would use:
-   ``mirrors.cuda_repo_url`` or NVIDIA's ``https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64/``.
+2. :func:`gpuprov.mirrorfetch.fetch_index` reads ``Packages.gz`` (or ``Packages``) of the CUDA repository the
+   roles would use: ``mirrors.cuda_repo_url`` or NVIDIA's ``https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64/``.
    ``user:password@`` in that URL is sent as HTTP basic auth, and logged and recorded as ``user:***@``.
 3. :func:`resolve` picks each wanted version and follows ``Pre-Depends``/``Depends`` (not ``Recommends``: the
    roles install with ``install_recommends: false``) inside that repository. A relation the repository cannot

@@ -15,9 +15,9 @@ pytest.importorskip("torchvision")
 from PIL import Image, ImageOps
 
 from gpuprov.exceptions import EnvironmentMissing
-from gpuprov.images.data import RealImages, dicom_images, real_images
 from gpuprov.images.decode import DecodeError, Decoder
 from gpuprov.images.formats import exif_orientation
+from tests.photos import RealImages, dicom_images, real_images
 
 
 @pytest.fixture(scope="module")
