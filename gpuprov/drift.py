@@ -34,7 +34,7 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
     "hosts": "gpuprov",
     "gather_facts": False,
     "become": True,
-    "tasks": [{"name": "Read the drift probe", "ansible.builtin.import_role": {"name": "verify",
+    "tasks": [{"name": "Read the drift probe", "ansible.builtin.import_role": {"name": "gpuprov.gpu.verify",
                                                                               "tasks_from": "drift"}}],
 }]
 
