@@ -33,6 +33,7 @@ from gpuprov.render import render_inventory
 from gpuprov.resources import playbooks_dir, roles_dir, state_dir
 from gpuprov.roles import list_roles, role_playbook
 from gpuprov.runner import RunRequest, RunResult, exit_code, new_run_dir, parse_extravars, run_playbook
+from gpuprov.workerdist import build_worker_wheel
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,10 @@ def _check_limit(inventory: Path, limit: str | None) -> None:
                           f"use host or group names ({names})")
 
 
+#: the fleet variable the image_workers role reads the controller's worker wheel from (gpuprov.workerdist)
+WORKER_WHEEL_VAR = "gpuprov_image_workers_wheel"
+
+
 def execute(options: ApplyOptions, console: Console) -> int:
     """Validate, render and run; print progress and the recap; return the exit code.
 
@@ -196,6 +201,9 @@ def execute(options: ApplyOptions, console: Console) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run record behind
         raise
     playbook, label = _select_playbook(options.roles, run_dir)
+    if WORKER_WHEEL_VAR not in extravars and any(h.settings["image_workers"]["enabled"] for h in fleet.hosts.values()):
+        # the image_workers role installs this controller's worker distribution on the hosts
+        extravars[WORKER_WHEEL_VAR] = str(build_worker_wheel(run_dir / "worker"))
     request = RunRequest(
         inventory=inventory, playbook=playbook, run_dir=run_dir,
         check=options.check, diff=options.diff, tags=options.tags, skip_tags=options.skip_tags,

@@ -15,7 +15,7 @@ import urllib.request
 from debian.deb822 import Packages
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.fleet.problem import redact_credentials
+from gpuprov.redact import redact_credentials
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprov.fleet.problem import redact_credentials
+from gpuprov.redact import redact_credentials
 
 #: Task actions that start, stop or restart a service (their failure is a "service" need).
 SERVICE_ACTIONS = frozenset(

@@ -10,7 +10,7 @@ import click
 
 from gpuprov.cli import cli
 from gpuprov.exceptions import FleetValidationError, GpuprovError
-from gpuprov.fleet.problem import redact_credentials
+from gpuprov.redact import redact_credentials
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,18 +26,16 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
-from gpuprov.cli import output
 from gpuprov.exceptions import ConfigError
-from gpuprov.fleet.problem import redact_credentials
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.queue.base import MAX_LEASE_S
+from gpuprov.redact import redact_credentials
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic", ".dcm"}
@@ -312,7 +310,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     metrics = Metrics(metrics_port)
     queue = _open_for_run(url, follow, task_label(task, str(model) if model else None), out)
     total = queue.stats().total
-    console = output.console(stderr=True, quiet=quiet)
+    log = _progress_log(quiet)
     started = time.monotonic()
     last_poll = [0.0]
 
@@ -326,10 +324,10 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             if drained.open == 0 and drained.done + drained.failed + drained.dead != manifest_done[0]:
                 manifest_done[0] = drained.done + drained.failed + drained.dead
                 rows, fails = write_manifest(queue, out, total)
-                console.log(f"queue drained: {rows} rows in {out / 'manifest.jsonl'}, {fails} failed")
+                log(f"queue drained: {rows} rows in {out / 'manifest.jsonl'}, {fails} failed")
         metrics.worker(st.slot.name, st.total_done, st.failed, st.batch, time.time())
         if event.get("event") == "start":
-            console.log(
+            log(
                 f"{st.slot.name}: worker on {event.get('device')} {event.get('uuid') or ''} batch {event.get('batch')}"
             )
         now = time.monotonic()
@@ -339,7 +337,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             metrics.queue_stats(stats)
             metrics.gpus([s.uuid for s in slots if s.uuid])
             rate = sum(done_by_slot.values()) / max(1e-9, now - started)
-            console.log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
+            log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
 
     states_ref: list[SlotState] = []
     _exit_on_sigterm()
@@ -350,6 +348,11 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     finally:
         queue.close()
     _report_run(url, out, states_ref, rows, fails, dead, time.monotonic() - started)
+
+
+def _progress_log(quiet: bool) -> Callable[[str], None]:
+    """A function printing ``HH:MM:SS message`` on stderr, or nothing when ``quiet``."""
+    return (lambda message: None) if quiet else (lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}", err=True))
 
 
 def _queue_for_display(url: str) -> str:
@@ -397,10 +400,9 @@ def status_cmd(url: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({**counts, "total": stats.total}))
         return
-    table = Table("state", "tasks")
+    width = max(len(state) for state in counts)
     for state, n in counts.items():
-        table.add_row(state, str(n))
-    output.console().print(table)
+        click.echo(f"{state:<{width}}  {n}")
     for shard, state, reason, payload in failures:
         click.echo(f"shard {shard} ({payload.get('path') or payload.get('key')}): {state}: {reason}")
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gpuprov.redact import redact_credentials
 
 #: a field path: mapping keys (usually ``str``, any YAML scalar) and list indexes (``int``)
 Path_ = tuple[Any, ...]
@@ -23,15 +24,6 @@ def format_path(path: Sequence[object]) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out or DOCUMENT
-
-
-#: ``scheme://user:password@`` in any URL a message quotes: the password never reaches the output.
-_USERINFO = re.compile(r"(://[^/@\s:'\"]*:)[^/@\s'\"]*@")
-
-
-def redact_credentials(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@host`` URL in it replaced by ``***``."""
-    return _USERINFO.sub(r"\1***@", text)
 
 
 @dataclass(frozen=True, order=True)

@@ -136,3 +136,15 @@ def test_killed_worker_is_restarted(host: Any) -> None:
         assert time.monotonic() < deadline, now
         time.sleep(0.5)
     assert int(now["NRestarts"]) == int(first["NRestarts"]) + 1
+
+
+def test_venv_holds_the_worker_distribution_and_no_controller_library(host: Any) -> None:
+    listed = json.loads(host.check_output(f"{VENV}/bin/python -m pip list --format json --disable-pip-version-check"))
+    names = {p["name"].lower().replace("_", "-") for p in listed}
+    assert "gpuprov-worker" in names, sorted(names)
+    controller = {"gpuprov", "ansible-core", "ansible-runner", "pydantic", "rich", "docker"}
+    assert not names & controller, sorted(names & controller)
+    # the gpuprov command of the worker distribution has its images group and none of the controller's commands
+    listing = host.check_output(f"{VENV}/bin/gpuprov --help").split("Commands:")[1]
+    assert [line.split()[0] for line in listing.splitlines() if line.strip()] == ["images"], listing
+    assert host.run(f"{VENV}/bin/python -c 'import gpuprov.fleet'").rc != 0
