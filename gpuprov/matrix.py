@@ -1,4 +1,4 @@
-"""NVIDIA compatibility matrix: typed, cached queries over ``gpuprov/data/matrix.yml``.
+"""NVIDIA compatibility matrix: typed, cached queries over the collection's ``plugins/plugin_utils/matrix.yml``.
 
 The numbers live in the YAML file, one row per CUDA toolkit, cuDNN release, NCCL release, GPU model, driver
 branch, OS and MIG profile table (:mod:`gpuprov.mig_profiles`), each citing the NVIDIA page it comes from
@@ -14,10 +14,9 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Literal, TypeVar
 
-import yaml
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils import cuda_drivers
 
 from gpuprov.exceptions import GpuprovError
 from gpuprov.mig_profiles import MigGeometry, mig_geometries
@@ -34,8 +33,8 @@ class MatrixError(GpuprovError):
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    """Turn ``"535.104.05"`` into ``(535, 104, 5)`` for ordering; non-numeric parts count as 0."""
-    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+    """``"535.104.05"`` -> ``(535, 104, 5)`` for ordering (the collection's rule: non-numeric parts count as 0)."""
+    return tuple(cuda_drivers.version_key(version))
 
 
 def major_minor(version: str) -> str:
@@ -213,10 +212,7 @@ class Matrix:
         release = self.cuda_release(cuda)
         if release is None:
             return None
-        floor = self.minor_compat_floor.get(cuda.split(".", maxsplit=1)[0])
-        if floor is None or version_key(release.driver) < version_key(floor):
-            return release.driver
-        return floor
+        return str(cuda_drivers.min_driver(release.driver, self.minor_compat_floor.get(cuda.split(".", maxsplit=1)[0])))
 
     def branch_supports_cuda(self, branch: str, cuda: str) -> bool:
         """True when driver branch ``branch`` can run CUDA ``cuda`` (at least under minor compatibility)."""
@@ -283,15 +279,13 @@ def _by_major_minor(table: dict[str, _Row], version: str) -> _Row | None:
 
 @functools.lru_cache(maxsize=1)
 def load_matrix() -> Matrix:
-    """Parse the packaged ``gpuprov/data/matrix.yml`` once per process and return the typed matrix.
+    """Parse the collection's matrix file once per process and return the typed matrix.
 
     Raises :class:`MatrixError` when the file is missing or a row lacks a field.
     """
     try:
-        text = resources.files("gpuprov").joinpath("data/matrix.yml").read_text(encoding="utf-8")
-        raw = yaml.safe_load(text)
-        return _build(raw)
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        return _build(cuda_drivers.load_raw())
+    except (cuda_drivers.MatrixDataError, KeyError, TypeError, ValueError) as exc:
         raise MatrixError(f"cannot read the packaged compatibility matrix: {exc!r}") from exc
 
 

@@ -1,4 +1,4 @@
-"""The MIG profile tables of the compatibility matrix (``mig`` in ``gpuprov/data/matrix.yml``).
+"""The MIG profile tables of the compatibility matrix (``mig`` in ``plugins/plugin_utils/matrix.yml``).
 
 Each row there gives, for some GPU models, one GPU's compute and memory slices and per profile
 ``[compute slices, memory slices, most instances per GPU]``, from NVIDIA's MIG User Guide, "Supported MIG

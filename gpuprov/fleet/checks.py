@@ -1,6 +1,6 @@
 """Hardware and version checks on one host's merged settings, and resolution of ``auto`` choices.
 
-Every rule reads :mod:`gpuprov.matrix` (NVIDIA's numbers, cited per row in ``gpuprov/data/matrix.yml``).
+Every rule reads :mod:`gpuprov.matrix` (NVIDIA's numbers, cited per row in ``plugins/plugin_utils/matrix.yml``).
 A failed rule is reported at the field a user should change, on the line of the most specific layer
 that set it (the host's line when the value is a schema default). Resolved ``auto`` values are written
 into the settings and recorded as :class:`~gpuprov.fleet.model.Resolution` with the reason.

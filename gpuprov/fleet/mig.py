@@ -3,7 +3,7 @@
 A layout (``mig.layouts.<name>``) is a list of mig-parted entries ``{devices: all | [index, ...], mig_enabled:
 bool, mig_devices: {profile: count}}``. Each entry is checked against one GPU model's
 :class:`~gpuprov.mig_profiles.MigGeometry` (NVIDIA MIG User Guide, "Supported MIG Profiles", in
-``gpuprov/data/matrix.yml``): every profile must be one of that model's, used at most its "instances available"
+``plugins/plugin_utils/matrix.yml``): every profile must be one of that model's, used at most its "instances available"
 times, and an entry's instances together must fit the GPU's compute slices (7) and memory slices (8). The
 budgets are necessary, not sufficient: where instances sit on the GPU (placement) is NVML's to refuse when the
 mig role creates them.

@@ -1,11 +1,10 @@
 # Copyright: gpuprov contributors
 # Apache-2.0
-"""Filters that read gpuprov's compatibility matrix (gpuprov/data/matrix.yml) on the controller.
+"""Filters over the compatibility matrix the collection carries (``plugins/plugin_utils/matrix.yml``).
 
-The cuda role asserts the host's driver against the matrix. The matrix ships inside the gpuprov
-package that runs the play (gpuprov.runner, Molecule and a plain ``ansible-playbook`` all run in the
-environment where gpuprov is installed, since the inventory is rendered by it), so the role calls
-``gpuprov.matrix`` instead of keeping a copy of its numbers that could drift.
+The cuda role asserts the host's driver against the matrix; the numbers and the rule come from
+``plugin_utils/cuda_drivers.py``, which gpuprov's own matrix queries use too, so any play that has the
+collection can run the role, with or without the gpuprov package.
 """
 
 from __future__ import annotations
@@ -13,34 +12,28 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.cuda_drivers import MatrixDataError, cuda_drivers, load_raw
 
 
-def _matrix() -> Any:
+def _drivers(cuda: Any) -> tuple[str, str]:
     try:
-        from gpuprov.matrix import load_matrix
-    except ImportError as exc:  # pragma: no cover - only without gpuprov on the controller
-        raise AnsibleFilterError(
-            "the cuda role reads the compatibility matrix through the gpuprov package; run it from the "
-            f"environment gpuprov is installed in ({exc})"
-        ) from exc
-    return load_matrix()
+        found = cuda_drivers(load_raw(), str(cuda))
+    except MatrixDataError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    if found is None:
+        raise AnsibleFilterError(f"CUDA {cuda} is not in gpuprov's compatibility matrix (gpuprov matrix)")
+    return found
 
 
 def cuda_min_driver(cuda: str) -> str:
     """Lowest driver that runs CUDA ``cuda`` (major.minor[.patch]) at all: the matrix's minor-version
     compatibility floor, or the toolkit's own driver when that is lower. Raises on an unknown CUDA."""
-    found = _matrix().min_driver(str(cuda))
-    if found is None:
-        raise AnsibleFilterError(f"CUDA {cuda} is not in gpuprov's compatibility matrix (gpuprov matrix)")
-    return str(found)
+    return _drivers(cuda)[1]
 
 
 def cuda_toolkit_driver(cuda: str) -> str:
     """Driver CUDA ``cuda`` shipped with (full compatibility, PTX JIT included). Raises on an unknown CUDA."""
-    found = _matrix().toolkit_driver(str(cuda))
-    if found is None:
-        raise AnsibleFilterError(f"CUDA {cuda} is not in gpuprov's compatibility matrix (gpuprov matrix)")
-    return str(found)
+    return _drivers(cuda)[0]
 
 
 class FilterModule:

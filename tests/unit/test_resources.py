@@ -54,7 +54,7 @@ def test_wheel_carries_the_collection(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     collection = "ansible_collections/gpuprov/gpu"
     assert f"{collection}/galaxy.yml" in names and f"{collection}/meta/runtime.yml" in names
-    assert "gpuprov/data/matrix.yml" in names
+    assert f"{collection}/plugins/plugin_utils/matrix.yml" in names
     assert "gpuprov/_templates/ansible.cfg.j2" in names
     tracked = subprocess.run(["git", "ls-files", "roles", "playbooks", "plugins", "meta"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.split()
