@@ -1,4 +1,5 @@
-"""Build the tarball prepare.yml unpacks at / in a container: the mock NVML with ``PROFILE``.
+"""Build the tarball prepare.yml unpacks at / in a container: the mock NVML with ``PROFILE``, Debian's real
+nvidia-smi and the verifier's pynvml (tests/integration/mig_host.py).
 
     python make_fixture.py PROFILE OUT.tar
 """
@@ -13,13 +14,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gpuprov.mocknvml import install  # noqa: E402
+from tests.integration.mig_host import mig_host_files  # noqa: E402
 
 
 def main(profile: str, out: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        install(root, profile)
+        mig_host_files(root, profile)
         with tarfile.open(out, "w") as tar:
             for child in sorted(root.iterdir()):
                 tar.add(str(child), arcname=child.name)

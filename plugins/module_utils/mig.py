@@ -2,10 +2,10 @@
 # Apache-2.0
 """Assert and apply a mig-parted style MIG layout through NVML (pynvml), GPU by GPU.
 
-One engine, two callers: the ``gpuprov.gpu.mig_layout`` Ansible module and the boot unit
-``gpuprov-mig.service``, which runs this very file as a script (``python3 gpuprov_mig.py --config FILE``)
-with the pynvml.py the role installed beside it, so the layout is re-created after every boot (a
-GPU keeps its MIG mode across a reboot but loses every GPU and compute instance).
+The engine of the ``gpuprov.gpu.mig_layout`` Ansible module. After a reboot (a GPU keeps its MIG mode but
+loses every GPU and compute instance) the boot unit ``gpuprov-mig.service`` re-creates the instances with the
+host's own ``nvidia-smi mig``, from the per-GPU ``create`` list the plan reports
+(:func:`~miglayout.creation_order`, the order this engine creates them in too).
 
 Layout (the fleet file's ``mig.layouts.<name>``): a list of entries
 ``{devices: "all" | [index, ...], mig_enabled: bool, mig_devices: {"1g.10gb": 7, ...}}``; a later entry
@@ -17,16 +17,16 @@ instance profile counts (``nvmlDeviceGetGpuInstances`` for every profile the GPU
 ``nvmlDeviceGetGpuInstanceProfileInfo`` v2 without the "MIG " prefix). Errors are raised as
 :class:`MigError` with an operator-facing message; nothing here prints or exits except :func:`main`.
 
-Must stay importable on Python 3.8 (Ubuntu 20.04 targets) and must not import ansible.
+Must stay importable on Python 3.8 (Ubuntu 20.04 targets); pynvml is passed in, not imported.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sys
 from typing import Any
+
+from ansible_collections.gpuprov.gpu.plugins.module_utils.miglayout import creation_order
 
 #: GPU clients that hold the GPU and must be stopped around a MIG mode change (systemd unit names).
 GPU_CLIENTS = (
@@ -197,7 +197,7 @@ def plan_gpu(gpu: Gpu, want: dict[str, Any]) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "mig_capable": gpu.capable,
         "mig_current": gpu.current, "mig_pending": gpu.pending, "declared": want, "instances": {},
-        "actions": [], "state": "ok",
+        "actions": [], "state": "ok", "create": creation_order(want["devices"]) if want["enabled"] else [],
     }
     if not gpu.capable:
         if want["enabled"]:
@@ -291,18 +291,15 @@ def _create(gpu: Gpu, devices: dict[str, int]) -> None:
     unknown = sorted(set(devices) - set(offered))
     if unknown:
         raise MigError(_unknown_profiles(gpu, unknown, offered))
-    # Largest first, as mig-parted does: small instances placed first can block the larger placements.
-    order = sorted(devices, key=lambda name: (-int(offered[name].sliceCount), name))
-    for name in order:
+    for name in creation_order(devices):
         info = offered[name]
-        for _ in range(devices[name]):
-            try:
-                gi = nv.nvmlDeviceCreateGpuInstance(gpu.handle, info.id)
-                ci_profile = _full_ci_profile(nv, gi, int(info.sliceCount))
-                nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile)
-            except nv.NVMLError as exc:
-                raise MigError(f"GPU {gpu.index} ({gpu.name}): creating {name} failed: {_err(nv, exc)}; the layout "
-                               f"{devices} may not fit this GPU") from exc
+        try:
+            gi = nv.nvmlDeviceCreateGpuInstance(gpu.handle, info.id)
+            ci_profile = _full_ci_profile(nv, gi, int(info.sliceCount))
+            nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile)
+        except nv.NVMLError as exc:
+            raise MigError(f"GPU {gpu.index} ({gpu.name}): creating {name} failed: {_err(nv, exc)}; the layout "
+                           f"{devices} may not fit this GPU") from exc
 
 
 def _full_ci_profile(nv: Any, gi: Any, slices: int) -> int:
@@ -356,33 +353,3 @@ def run(nv: Any, entries: list[dict[str, Any]], *, apply: bool, proc_root: str =
     finally:
         with contextlib.suppress(nv.NVMLError):
             nv.nvmlShutdown()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Boot-unit entry point: ``gpuprov_mig.py --config /etc/gpuprov/mig/layout.json [--check]``.
-
-    Exit 0 when the GPUs match (or now match), 1 on an error (message on stderr), 2 on bad usage.
-    """
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] != "--config":
-        sys.stderr.write("usage: gpuprov_mig.py --config FILE [--check]\n")
-        return 2
-    with open(args[1], encoding="utf-8") as handle:
-        config = json.load(handle)
-    import pynvml  # the copy the role installed beside this file
-
-    try:
-        result = run(pynvml, config["entries"], apply="--check" not in args)
-    except MigError as exc:
-        sys.stderr.write(f"gpuprov-mig: {exc}\n")
-        return 1
-    for entry in result["gpus"]:
-        sys.stdout.write(f"GPU {entry['index']} {entry['uuid']}: {entry['state']}"
-                         f"{'; ' + '; '.join(entry['actions']) if entry['actions'] else ''}\n")
-    if result["reboot_required"]:
-        sys.stdout.write("gpuprov-mig: MIG mode change pending until a GPU reset or reboot\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,9 @@ Python 3.8.
 Inputs: the fleet's ``mig.layout`` name and ``mig.layouts`` table (as the ``gpuprov_mig_layout`` and
 ``gpuprov_mig_layouts`` variables hold them: ``{name: [{devices: "all" | [index, ...], mig_enabled: bool,
 mig_devices: {profile: count}}]}``), each GPU's MIG mode (NVML ``nvmlDeviceGetMigMode`` current) and the GPU
-instances ``nvidia-smi mig -lgi`` lists. The mig role's engine (plugins/module_utils/mig.py, which
-also runs as a boot script without Ansible) resolves a layout the same way: a later entry wins for a GPU.
+instances ``nvidia-smi mig -lgi`` lists. The mig role's engine (plugins/module_utils/mig.py) resolves a layout
+the same way (a later entry wins for a GPU) and creates instances in :func:`creation_order`, as the boot unit
+gpuprov-mig.service does with ``nvidia-smi mig -cgi``.
 """
 
 
@@ -18,6 +19,22 @@ import re
 
 #: One GPU instance row of ``nvidia-smi mig -lgi``: ``|   0  MIG 1g.10gb     19     7    0:1     |``
 _MIG_LINE = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+\d+\s+\d+\s+\d+:\d+\s+\|")
+
+
+#: the compute slices a MIG profile name starts with: ``3g.40gb`` -> 3
+_SLICES = re.compile(r"^(\d+)g\.")
+
+
+def creation_order(devices):
+    """The profiles of ``devices`` (``{profile: count}``) one per GPU instance, in the order they are created:
+    largest first (compute slices, from the name), then by name, as NVIDIA's mig-parted does; small instances
+    placed first can block the placements of larger ones. ``{"1g.10gb": 2, "3g.40gb": 1}`` ->
+    ``["3g.40gb", "1g.10gb", "1g.10gb"]``."""
+    def key(name):
+        match = _SLICES.match(name)
+        return (-int(match.group(1)) if match else 0, name)
+
+    return [name for name in sorted(devices, key=key) for _ in range(int(devices[name]))]
 
 
 def unset(value):

@@ -43,7 +43,8 @@ attributes:
   check_mode:
     support: full
 notes:
-  - The engine is C(module_utils/mig.py), which the boot unit gpuprov-mig.service runs as a script.
+  - The engine is C(module_utils/mig.py). The boot unit gpuprov-mig.service re-creates each GPU's C(create) list
+    with the host's nvidia-smi.
 author: gpuprov contributors
 """
 
@@ -65,6 +66,8 @@ gpus:
     uuid: {description: GPU UUID, type: str}
     mig_capable: {description: Whether NVML supports MIG mode on the GPU, type: bool}
     instances: {description: GPU instance profile -> count found, type: dict}
+    create: {description: The GPU instance profiles the layout declares, one per instance, largest first (the
+      creation order), type: list}
     state: {description: '"ok", "MIG mode off", "MIG on but no instances", "instances differ from the declared
       layout" or "MIG mode on"', type: str}
     actions: {description: What was (or in check mode would be) done; empty when the GPU matches, type: list}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -201,31 +200,14 @@ def test_one_held_gpu_leaves_every_gpu_unchanged(gpu_host: Callable[[str], Path]
     assert [g["after"] for g in applied["gpus"]] == [{"1g.10gb": 7}] * 8
 
 
-def test_boot_script_runs_standalone_and_recreates_after_a_reboot(
-    gpu_host: Callable[[str], Path], library: Path, tmp_path: Path
-) -> None:
+def test_plan_reports_the_creation_order_the_engine_uses(gpu_host: Callable[[str], Path]) -> None:
+    """The boot unit's nvidia-smi list is the plan's ``create``; the engine creates the same, largest first."""
     gpu_host("a100x8-nvswitch")
-    config = tmp_path / "layout.json"
-    config.write_text('{"layout": "x", "entries": [{"devices": [0, 3], "mig_devices": {"7g.80gb": 1}}]}',
-                      encoding="utf-8")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(library.parent))
-    script = [sys.executable, str(ROOT / "plugins/module_utils/mig.py"), "--config", str(config)]
-
-    def boot_run(*extra: str, boot: str = "boot-1") -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*script, *extra], env=dict(env, GPUPROV_MOCK_NVML_BOOT_ID=boot), capture_output=True,
-                              text=True, check=False)
-
-    first = boot_run()
-    assert first.returncode == 0, first.stderr
-    assert first.stdout.startswith("GPU 0 GPU-00000000-0000-4000-8000-0000000a1000: MIG mode off; set MIG mode")
-    assert boot_run("--check").stdout.endswith("GPU 3 GPU-00000000-0000-4000-8000-0000000a1003: ok\n")
-    rebooted = boot_run(boot="boot-2")  # one process plans and applies right after the reboot is detected
-    assert rebooted.returncode == 0, rebooted.stderr
-    assert rebooted.stdout.splitlines() == [
-        f"GPU {i} GPU-00000000-0000-4000-8000-0000000a100{i}: MIG on but no instances; create instances "
-        "{'7g.80gb': 1}" for i in (0, 3)
-    ]
-    assert boot_run("--check", boot="boot-2").stdout.count(": ok\n") == 2
+    layout = [{"devices": [0], "mig_devices": {"1g.10gb": 2, "3g.40gb": 1, "2g.20gb": 1}}]
+    plan = mig.run(pynvml, layout, apply=False)
+    assert plan["gpus"][0]["create"] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    applied = mig.run(pynvml, layout, apply=True)
+    assert applied["gpus"][0]["after"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 
 
 def test_balanced_layout_fits(gpu_host: Callable[[str], Path]) -> None:

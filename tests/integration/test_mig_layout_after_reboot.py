@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuprov.mocknvml import install
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 from tests.integration.kernel_lab import exec_ok, task_results, wait_booted
+from tests.integration.mig_host import PROBE_DIR, mig_host_files
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -51,7 +51,7 @@ WantedBy=multi-user.target
 # Every GPU's MIG mode and GPU instance profile counts, read with plain pynvml calls.
 PROBE = r"""
 import ctypes, json, sys
-sys.path.insert(0, "/usr/local/lib/gpuprov/mig")
+sys.path.insert(0, "PROBE_DIR")
 import pynvml as n
 n.nvmlInit()
 out = []
@@ -71,7 +71,7 @@ for i in range(n.nvmlDeviceGetCount()):
     out.append([cur, pend, gis])
 n.nvmlShutdown()
 print(json.dumps(out))
-"""
+""".replace("PROBE_DIR", PROBE_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def host(lab_images: dict[str, str]) -> Iterator[Any]:
     try:
         wait_booted(container)
         with tempfile.TemporaryDirectory(prefix="gpuprov-mig-") as tmp:
-            install(Path(tmp), "a100x8-nvswitch")
+            mig_host_files(Path(tmp), "a100x8-nvswitch")
             buffer = io.BytesIO()
             with tarfile.open(fileobj=buffer, mode="w") as tar:
                 for child in sorted(Path(tmp).iterdir()):
@@ -144,7 +144,9 @@ def test_layout_applied_then_recreated_by_the_boot_unit_after_a_reboot(host: Any
     assert _show(host, "gpuprov-mig.service", "ActiveState") == "active"
     assert _show(host, "gpuprov-mig.service", "Result") == "success"
     journal = exec_ok(host, "journalctl -b -u gpuprov-mig.service --no-pager -o cat")
-    assert "MIG on but no instances; create instances {'1g.10gb': 7}" in journal  # lost at boot, then re-created
+    # lost at boot, then re-created by nvidia-smi: seven GPU instances with one compute instance each, per GPU
+    assert journal.count("Successfully created GPU instance") == 56, journal
+    assert journal.count("Successfully created compute instance") == 56, journal
     assert exec_ok(host, f"sed -n 's/^boot=//p' {STATE}").strip() != boot_before
     assert _gpus(host) == declared
     # ordered before the GPU clients: the layout existed before the persistence daemon started

@@ -10,7 +10,7 @@ import json
 # Reads every GPU's MIG mode and GPU/compute instances with plain pynvml calls (not the role's engine).
 PROBE = r"""
 import ctypes, json, sys
-sys.path.insert(0, "/usr/local/lib/gpuprov/mig")  # NVIDIA's pynvml.py, installed for the boot unit
+sys.path.insert(0, "/opt/gpuprov-test-probe")  # NVIDIA's pynvml.py, put there by prepare.yml for this probe
 import pynvml as n
 n.nvmlInit()
 out = []
@@ -92,17 +92,30 @@ def test_boot_unit_installed_enabled_and_ordered(host):
     assert verify.rc == 0, verify.stderr
 
 
-def test_layout_stored_for_the_boot_unit(host):
+def test_layout_stored_and_no_controller_code_on_the_host(host):
     layout = json.loads(host.file("/etc/gpuprov/mig/layout.json").content_string)
     assert layout["layout"] == "mixed"
     assert layout["entries"][2] == {"devices": [6], "mig_enabled": True, "mig_devices": {"7g.80gb": 1}}
-    assert host.file("/usr/local/lib/gpuprov/mig/gpuprov_mig.py").is_file
-    assert host.file("/usr/local/lib/gpuprov/mig/pynvml.py").is_file
+    assert not host.file("/usr/local/lib/gpuprov").exists
+    assert host.run("find / -xdev -name 'pynvml.py' -not -path '/opt/gpuprov-test-probe/*'").stdout == ""
 
 
-def test_boot_engine_asserts_the_applied_layout(host):
-    result = host.run("python3 /usr/local/lib/gpuprov/mig/gpuprov_mig.py --config /etc/gpuprov/mig/layout.json --check")
-    assert result.rc == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert len(lines) == 8
-    assert all(line.endswith(": ok") for line in lines), lines
+def test_boot_unit_runs_nvidia_smi_largest_first(host):
+    unit = host.file("/etc/systemd/system/gpuprov-mig.service").content_string
+    starts = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    assert len(starts) == 7  # GPU 7 is MIG off: nothing to create at boot
+    assert "python" not in unit
+    assert starts[4].endswith("-cgi 3g.40gb,2g.20gb,1g.10gb,1g.10gb -C'"), starts[4]
+
+
+def test_boot_unit_recreates_lost_instances_and_leaves_others(host):
+    """Instances of GPUs 0 and 4 destroyed (what a reboot does to all): the unit re-creates exactly those."""
+    for index in (0, 4):
+        assert host.run(f"nvidia-smi mig -i {index} -dci && nvidia-smi mig -i {index} -dgi").rc == 0
+    assert counts(gpus(host)[0]) == {}
+    result = host.run("systemctl restart gpuprov-mig.service")
+    assert result.rc == 0, host.run("journalctl -u gpuprov-mig.service --no-pager -o cat").stdout
+    data = gpus(host)
+    assert counts(data[0]) == {"1g.10gb": 7} and counts(data[1]) == {"1g.10gb": 7}
+    assert counts(data[4]) == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    assert counts(data[6]) == {"7g.80gb": 1}
