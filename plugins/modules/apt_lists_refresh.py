@@ -17,7 +17,7 @@ description:
     build, which leaves a recent, empty folder; M(ansible.builtin.apt) with C(cache_valid_time) takes that
     for fresh lists, skips the update and then finds no package to install.
   - Refreshing changes no configuration, so the module reports C(changed=false); run it with
-    C(check_mode: false) so that check mode sees the candidates too.
+    C(check_mode=false) so that check mode sees the candidates too.
 options:
   valid_time_s:
     description: Lists younger than this many seconds (and holding an index) are left as they are.

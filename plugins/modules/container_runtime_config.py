@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: container_runtime_config
 short_description: Register the NVIDIA runtime in daemon.json / containerd config.toml, or set toolkit keys
 description:
-  - Does what C(nvidia-ctk runtime configure) does, as a merge: reads the existing file, sets only the
+  - Does what C(nvidia-ctk runtime configure) does, as a merge. It reads the existing file, sets only the
     keys listed below and leaves every other key, table and (for TOML) comment as the admin wrote it.
   - The file is rewritten atomically (temporary file in the same directory, then rename) and only when a
     value differs; otherwise C(changed=false) and the file is untouched, formatting included.

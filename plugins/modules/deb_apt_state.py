@@ -12,7 +12,7 @@ short_description: Read installed packages, holds, apt's auto-installed marks an
 description:
   - One read-only call that returns what a role needs to know whether M(ansible.builtin.apt) with
     C(state=present) or C(update_cache)/C(cache_valid_time) would act, without opening apt's cache
-    (which parses every package list: seconds per call on a host with a full archive).
+    (which parses every package list, seconds per call on a host with a full archive).
   - Installed packages, versions and selections come from C(dpkg-query) (as in M(deb_packages)); the
     automatically-installed marks from C(/var/lib/apt/extended_states) (M(ansible.builtin.apt) marks every
     package it is asked to keep present as manually installed); the lists' age from the file
@@ -21,7 +21,7 @@ description:
 options: {}
 author: gpuprov contributors
 notes:
-  - Does not read apt's candidates or policy: a request that depends on them (a version pattern such as
+  - Does not read apt's candidates or policy; a request that depends on them (a version pattern such as
     C(535.183.01-*), or a package not installed) is left to M(ansible.builtin.apt).
 """
 

@@ -17,8 +17,8 @@ description:
     C(<modules_dir>/<k>/build) link resolves), the DKMS state of every O(modules) entry, whether the built
     module file exists under C(<modules_dir>/<k>/updates/dkms) and whether C(modinfo -k <k>) finds it.
   - DKMS has no library or machine-readable output, only the C(dkms status) CLI, so the module runs it and
-    parses the line formats of DKMS 2.x (C(name, version, kernel, arch: state)) and 2.8+/3.x
-    (C(name/version, kernel, arch: state)), with or without a trailing note.
+    parses the line formats of DKMS 2.x (C(name, version, kernel, arch) then a colon and the state) and 2.8+/3.x
+    (C(name/version, kernel, arch) then a colon and the state), with or without a trailing note.
   - Changes nothing on the host.
 options:
   modules:

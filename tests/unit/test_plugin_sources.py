@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.import_graph import assert_acyclic
 
@@ -50,3 +51,17 @@ def test_module_utils_imports_resolve_without_cycles() -> None:
         missing = _module_utils_imports(path) - set(files)
         assert not missing, f"{_name(path)} imports module_utils that do not exist: {sorted(missing)}"
     assert_acyclic(graph)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "plugins" / "modules").glob("*.py")), ids=_name)
+def test_module_documentation_is_yaml_ansible_doc_reads(path: Path) -> None:
+    """DOCUMENTATION, EXAMPLES and RETURN parse as YAML (a plain scalar holding ``: `` does not; ansible-doc and
+    the generated module docs then fail), and DOCUMENTATION names the module and describes every option."""
+    docs = {node.targets[0].id: node.value.value for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN")}  # fmt: skip
+    assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, f"{_name(path)}: {sorted(docs)}"
+    parsed = {key: yaml.safe_load(text) for key, text in docs.items()}
+    assert parsed["DOCUMENTATION"]["module"] == path.stem
+    for option, spec in (parsed["DOCUMENTATION"].get("options") or {}).items():
+        assert spec.get("description"), f"{_name(path)}: option {option} has no description"
