@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS, declared_size, is_dicom, is_gif, jpeg_kind, png_bit_depth
-from gpuprov.images.lazy_torch import torch_modules
+from gpuprov.images.lazy_torch import INSTALL_HINT, torch_modules
 from gpuprov.images.memory import is_oom, release_memory
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def _decode_dicom(data: bytes) -> Decoded:
     try:
         import pydicom
     except ImportError as exc:
-        raise DecodeError("DICOM needs pydicom: pip install 'gpuprov[images]'") from exc
+        raise DecodeError(f"DICOM needs pydicom: {INSTALL_HINT}") from exc
     try:
         ds = pydicom.dcmread(io.BytesIO(data))
         arr = ds.pixel_array

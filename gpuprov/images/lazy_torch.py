@@ -11,6 +11,9 @@ from typing import Any
 
 from gpuprov.exceptions import EnvironmentMissing
 
+#: how to get the workers' optional libraries: the extra on a controller, the worker distribution on a GPU host
+INSTALL_HINT = "pip install 'gpuprov[images]' (a GPU host: gpuprov-worker, which requires them)"
+
 
 def torch_modules() -> tuple[Any, Any]:
     """``(torch, torchvision)``, imported on first use; raises EnvironmentMissing without the extra."""
@@ -19,5 +22,5 @@ def torch_modules() -> tuple[Any, Any]:
 
         torchvision = importlib.import_module("torchvision")
     except ImportError as exc:
-        raise EnvironmentMissing("gpuprov images needs torch and torchvision: pip install 'gpuprov[images]'") from exc
+        raise EnvironmentMissing(f"gpuprov images needs torch and torchvision: {INSTALL_HINT}") from exc
     return torch, torchvision

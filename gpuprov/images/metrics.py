@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.images.lazy_torch import INSTALL_HINT
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ class Metrics:
         try:
             import prometheus_client as prom
         except ImportError as exc:
-            raise EnvironmentMissing("--metrics-port needs prometheus_client: pip install 'gpuprov[images]'") from exc
+            raise EnvironmentMissing(f"--metrics-port needs prometheus_client: {INSTALL_HINT}") from exc
         registry = prom.CollectorRegistry()
         self.images = prom.Gauge("gpuprov_images_done", "Images completed per worker slot", ["slot"], registry=registry)
         self.rate = prom.Gauge(
