@@ -172,6 +172,24 @@ def _check_limit(inventory: Path, limit: str | None) -> None:
 WORKER_WHEEL_VAR = "gpuprov_image_workers_wheel"
 
 
+def _worker_wheel(fleet: Fleet, extravars: dict[str, str], run_dir: Path) -> None:
+    """Set :data:`WORKER_WHEEL_VAR` in ``extravars`` to this controller's worker wheel, built into ``run_dir``, when
+    a host enables image workers and ``-e`` did not name one; a named one must be an existing absolute file.
+
+    Raises:
+        ConfigError: ``-e gpuprov_image_workers_wheel=PATH`` names no file, or a relative path (exit 2).
+    """
+    given = extravars.get(WORKER_WHEEL_VAR)
+    if given:
+        if not Path(given).is_absolute() or not Path(given).is_file():
+            raise ConfigError(f"-e {WORKER_WHEEL_VAR}={given}: not an existing wheel file given by its absolute path - "
+                              "name the .whl with its full path, or leave the option out to use this gpuprov's")
+        return
+    if given is None and any(h.settings["image_workers"]["enabled"] for h in fleet.hosts.values()):
+        # the image_workers role installs this controller's worker distribution on the hosts
+        extravars[WORKER_WHEEL_VAR] = str(build_worker_wheel(run_dir.resolve() / "worker"))
+
+
 def execute(options: ApplyOptions, console: Console) -> int:
     """Validate, render and run; print progress and the recap; return the exit code.
 
@@ -197,13 +215,11 @@ def execute(options: ApplyOptions, console: Console) -> int:
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:
         _check_limit(inventory, options.limit)
+        _worker_wheel(fleet, extravars, run_dir)
     except ConfigError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run record behind
         raise
     playbook, label = _select_playbook(options.roles, run_dir)
-    if WORKER_WHEEL_VAR not in extravars and any(h.settings["image_workers"]["enabled"] for h in fleet.hosts.values()):
-        # the image_workers role installs this controller's worker distribution on the hosts
-        extravars[WORKER_WHEEL_VAR] = str(build_worker_wheel(run_dir / "worker"))
     request = RunRequest(
         inventory=inventory, playbook=playbook, run_dir=run_dir,
         check=options.check, diff=options.diff, tags=options.tags, skip_tags=options.skip_tags,

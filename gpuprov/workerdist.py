@@ -88,7 +88,8 @@ def worker_requirements() -> list[str]:
 
 
 def _members(package: Path) -> list[tuple[str, bytes]]:
-    """``(archive path, bytes)`` of every file of :data:`MEMBERS` under ``package``, sorted; bytecode skipped.
+    """``(archive path, bytes)`` of every file of :data:`MEMBERS` under ``package`` (of a folder: its ``.py``
+    files), sorted.
 
     Raises:
         EnvironmentMissing: a member is missing from the installed package.
@@ -97,7 +98,8 @@ def _members(package: Path) -> list[tuple[str, bytes]]:
     for member in MEMBERS:
         path = package / member
         if path.is_dir():
-            found = [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+            # sources only: no bytecode, editor backups or caches a checkout may hold
+            found = [p for p in path.rglob("*") if p.is_file() and p.suffix == ".py" and "__pycache__" not in p.parts]
         elif path.is_file():
             found = [path]
         else:
@@ -111,6 +113,7 @@ def _record_hash(data: bytes) -> str:
 
 
 def _metadata(version: str) -> str:
+    requires = worker_requirements()  # first: it raises EnvironmentMissing without gpuprov's metadata
     requires_python = importlib.metadata.metadata("gpuprov")["Requires-Python"] or ">=3.10"
     lines = [
         "Metadata-Version: 2.1",
@@ -119,7 +122,7 @@ def _metadata(version: str) -> str:
         "Summary: gpuprov's image workers (gpuprov images) without the controller: torch and the workers alone",
         "License: Apache-2.0",
         f"Requires-Python: {requires_python}",
-        *(f"Requires-Dist: {req}" for req in worker_requirements()),
+        *(f"Requires-Dist: {req}" for req in requires),
     ]
     return "\n".join(lines) + "\n"
 
@@ -142,6 +145,8 @@ def build_worker_wheel(dest: Path) -> Path:
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
     entries.append((f"{dist_info}/RECORD", (record + f"{dist_info}/RECORD,,\n").encode()))
     path = dest / f"gpuprov_worker-{version}-py3-none-any.whl"
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"{dest} is not a folder - name a folder for the worker wheel")
     try:
         dest.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -159,9 +164,11 @@ def build_worker_wheel(dest: Path) -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m gpuprov.workerdist DIR")
+    if len(sys.argv) != 2 or not sys.argv[1] or sys.argv[1].startswith("-"):
+        print("usage: python -m gpuprov.workerdist DIR  (the folder the worker wheel is written into)", file=sys.stderr)
+        sys.exit(2)
     try:
         print(build_worker_wheel(Path(sys.argv[1])))
     except GpuprovError as error:
-        sys.exit(f"gpuprov: error: {error}")
+        print(f"gpuprov: error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)

@@ -164,3 +164,39 @@ def test_apply_builds_the_worker_wheel_when_the_fleet_enables_workers(
     if built:
         assert Path(wheel).is_file() and Path(wheel).parent.parent == requests[0].run_dir
         assert zipfile.ZipFile(wheel).testzip() is None
+
+
+def test_only_python_sources_of_the_members_go_into_the_wheel(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        package = [n for n in zf.namelist() if n.startswith("gpuprov/")]
+    assert package and all(n.endswith(".py") or n == "gpuprov/py.typed" for n in package), package
+
+
+@pytest.mark.parametrize("args", [[], ["a", "b"], ["--help"], [""]])
+def test_command_line_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpuprov.workerdist", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: python -m gpuprov.workerdist DIR"), proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_as_the_folder_is_a_clear_error(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "gpuprov.workerdist", str(target)], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2 and f"{target} is not a folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("given", ["/nonexistent/w.whl", "relative.whl"])
+def test_a_named_wheel_that_is_not_an_absolute_file_stops_before_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "relative.whl").write_text("x")
+    monkeypatch.setenv("GPUPROV_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(engine, "run_playbook", lambda *a, **k: pytest.fail("the run started"))
+    options = ApplyOptions(fleet=DATA / "good" / "image_workers_cpu.yml", roles=["image_workers"],
+                           extravars=[f"{engine.WORKER_WHEEL_VAR}={given}"])  # fmt: skip
+    with pytest.raises(engine.ConfigError, match=f"-e {engine.WORKER_WHEEL_VAR}={given}: not an existing wheel"):
+        engine.execute(options, Console(file=io.StringIO()))
+    assert list((tmp_path / "state").rglob("*.yml")) == []  # no run record left behind

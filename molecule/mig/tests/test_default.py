@@ -102,14 +102,16 @@ def test_layout_stored_and_no_controller_code_on_the_host(host):
 
 def test_boot_unit_runs_nvidia_smi_largest_first(host):
     unit = host.file("/etc/systemd/system/gpuprov-mig.service").content_string
-    starts = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
-    assert len(starts) == 7  # GPU 7 is MIG off: nothing to create at boot
     assert "python" not in unit
-    assert starts[4].endswith("-cgi 3g.40gb,2g.20gb,1g.10gb,1g.10gb -C'"), starts[4]
+    command = host.run("systemctl show -p ExecStart --value gpuprov-mig.service").stdout
+    creates = [part.split(" -C")[0].split("-cgi ")[1] for part in command.split("||") if "-cgi" in part]
+    assert len(creates) == 7, command  # GPU 7 is MIG off: nothing to create at boot
+    assert creates[4] == "3g.40gb,2g.20gb,1g.10gb,1g.10gb", creates
 
 
 def test_boot_unit_recreates_lost_instances_and_leaves_others(host):
-    """Instances of GPUs 0 and 4 destroyed (what a reboot does to all): the unit re-creates exactly those."""
+    """Instances of GPUs 0 and 4 destroyed (what a reboot does to all): the unit re-creates exactly those; a GPU
+    that fails (GPU 0 with MIG mode off) fails the unit but does not stop the GPUs after it."""
     for index in (0, 4):
         assert host.run(f"nvidia-smi mig -i {index} -dci && nvidia-smi mig -i {index} -dgi").rc == 0
     assert counts(gpus(host)[0]) == {}
@@ -119,3 +121,15 @@ def test_boot_unit_recreates_lost_instances_and_leaves_others(host):
     assert counts(data[0]) == {"1g.10gb": 7} and counts(data[1]) == {"1g.10gb": 7}
     assert counts(data[4]) == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
     assert counts(data[6]) == {"7g.80gb": 1}
+
+    # GPU 0 loses its instances and its MIG mode: the unit fails, and GPU 4 still gets its instances back
+    for index in (0, 4):
+        assert host.run(f"nvidia-smi mig -i {index} -dci && nvidia-smi mig -i {index} -dgi").rc == 0
+    assert host.run("nvidia-smi -i 0 -mig 0").rc == 0
+    assert host.run("systemctl restart gpuprov-mig.service").rc != 0
+    data = gpus(host)
+    assert counts(data[0]) == {} and counts(data[4]) == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    # put GPU 0 back as declared for whatever runs after
+    assert host.run("nvidia-smi -i 0 -mig 1").rc == 0
+    assert host.run("systemctl restart gpuprov-mig.service").rc == 0
+    assert counts(gpus(host)[0]) == {"1g.10gb": 7}
