@@ -49,7 +49,6 @@ MEMBERS = (
 #: gpuprov's runtime requirements the worker modules import (the rest are the controller's)
 RUNTIME_NEEDS = ("click", "redis", "nvidia-ml-py")
 
-_EXTRA = "images"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+")
 #: `` and extra == 'images'`` or ``; extra == 'images'`` as a built wheel's metadata writes it
 _EXTRA_MARKER = re.compile(r"""(\s+and\s+extra\s*==\s*['"]images['"]|;\s*extra\s*==\s*['"]images['"]\s*$)""")
