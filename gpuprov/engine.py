@@ -32,6 +32,7 @@ from gpuprov.recap import (
 from gpuprov.render import render_inventory
 from gpuprov.resources import playbooks_dir, roles_dir, state_dir
 from gpuprov.roles import list_roles, role_playbook
+from gpuprov.rolevars import with_role_variables
 from gpuprov.runner import RunRequest, RunResult, exit_code, new_run_dir, parse_extravars, run_playbook
 from gpuprov.workerdist import build_worker_wheel
 
@@ -168,8 +169,8 @@ def _check_limit(inventory: Path, limit: str | None) -> None:
                           f"use host or group names ({names})")
 
 
-#: the fleet variable the image_workers role reads the controller's worker wheel from (gpuprov.workerdist)
-WORKER_WHEEL_VAR = "gpuprov_image_workers_wheel"
+#: the image_workers role's variable for the controller's worker wheel (gpuprov.workerdist)
+WORKER_WHEEL_VAR = "image_workers_wheel"
 
 
 def _worker_wheel(fleet: Fleet, extravars: dict[str, str], run_dir: Path) -> None:
@@ -177,7 +178,7 @@ def _worker_wheel(fleet: Fleet, extravars: dict[str, str], run_dir: Path) -> Non
     a host enables image workers and ``-e`` did not name one; a named one must be an existing absolute file.
 
     Raises:
-        ConfigError: ``-e gpuprov_image_workers_wheel=PATH`` names no file, or a relative path (exit 2).
+        ConfigError: ``-e image_workers_wheel=PATH`` names no file, or a relative path (exit 2).
     """
     given = extravars.get(WORKER_WHEEL_VAR)
     if given:
@@ -201,7 +202,8 @@ def execute(options: ApplyOptions, console: Console) -> int:
         ConfigError: an unknown ``--role``, a ``--limit`` matching no host, a bad ``-e``.
     """
     fleet = load_fleet(options.fleet, check_files=True)
-    extravars = parse_extravars(options.extravars)
+    # -e may name fleet variables (gpuprov_*): the role variables they map onto go with them
+    extravars = with_role_variables(parse_extravars(options.extravars))
     if options.forks < 1:
         raise ConfigError(f"--forks {options.forks}: must be at least 1")
     for name in options.roles:

@@ -139,16 +139,19 @@ def run_play(run_dir: Path, inventory: Path, playbook: Path, limit: str | None =
              check: bool = False) -> PlayRun:
     """Run ``playbook`` on ``inventory`` and collect the task results.
 
-    ``failed`` maps each failed or unreachable host to its failure messages joined by ``"; "`` (or its status).
+    ``extravars`` may name fleet variables (``gpuprov_*``); the role variables they map onto go with them
+    (:func:`gpuprov.rolevars.with_role_variables`). ``failed`` maps each failed or unreachable host to its
+    failure messages joined by ``"; "`` (or its status).
 
     Raises:
         PlaybookError: ansible-playbook could not run the play at all.
     """
+    from gpuprov.rolevars import with_role_variables
     from gpuprov.runner import RunRequest, run_playbook
 
     collector = results if results is not None else TaskResults()
     request = RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir,
-                         limit=limit, extravars=dict(extravars or {}), check=check)
+                         limit=limit, extravars=with_role_variables(extravars or {}), check=check)
     result = run_playbook(request, on_event=collector)
     failed = {name: "; ".join(f["msg"] for f in result.hosts[name].failures) or result.hosts[name].status
               for name in result.failed_hosts}

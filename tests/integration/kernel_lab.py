@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from gpuprov.rolevars import with_role_variables
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 from gpuprov.standin import PackageSpec, build_repository
 from gpuprov.standin.repo import key_fingerprint
@@ -150,7 +151,8 @@ def install_repository(container: Any, specs: list[PackageSpec], build_dir: Path
 
 def run(container: Any, playbook: str, state: Path, extravars: dict[str, Any] | None = None,
         check: bool = False) -> RunResult:
-    """Run ``playbooks/<playbook>`` on the container through gpuprov.runner (ansible-runner's API)."""
+    """Run ``playbooks/<playbook>`` on the container through gpuprov.runner (ansible-runner's API); fleet variables
+    (``gpuprov_*``) in ``extravars`` reach the roles as gpuprov maps them (gpuprov.rolevars)."""
     run_dir = new_run_dir(state, Path(playbook).stem)
     inventory = run_dir / "inventory" / "hosts.yml"
     inventory.parent.mkdir(parents=True)
@@ -158,7 +160,8 @@ def run(container: Any, playbook: str, state: Path, extravars: dict[str, Any] | 
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host}}}}}),
                          encoding="utf-8")
     request = RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / playbook,
-                         run_dir=run_dir, check=check, extravars={k: str(v) for k, v in (extravars or {}).items()})
+                         run_dir=run_dir, check=check,
+                         extravars=with_role_variables({k: str(v) for k, v in (extravars or {}).items()}))
     return run_playbook(request)
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuprov.rolevars import with_role_variables
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
 from gpuprov.standin import build_deb
 from gpuprov.standin.catalogue import kernel_headers, meta
@@ -100,7 +101,7 @@ def _run(container: Any, tmp: Path, playbooks: list[str], extravars: dict[str, s
     playbook.write_text(yaml.safe_dump([{"name": f"Import {p}", "ansible.builtin.import_playbook": str(
         ROOT / "playbooks" / p)} for p in playbooks]), encoding="utf-8")
     request = RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir,
-                         check=check, extravars=extravars)
+                         check=check, extravars=with_role_variables(extravars))
     return run_playbook(request)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gpuprov.rolevars import with_role_variables
 from tests.bios_check_fixtures import (
     A100X8_BUS,
     H200X2_BUS,
@@ -108,12 +109,12 @@ def _run(
             }
         }
     }
-    variables = {
+    variables = with_role_variables({
         "bios_check_sysfs_root": f"{FIX}/sys",
         "bios_check_proc_root": f"{FIX}/proc",
         "bios_check_kernel_log_path": f"{FIX}/kernel.log",
         **(extravars or {}),
-    }
+    })
     return ansible_runner.run(
         private_data_dir=str(tmp_path / label),
         project_dir=str(ROOT / "playbooks"),

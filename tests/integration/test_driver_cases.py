@@ -68,7 +68,8 @@ class Host:
         return int(code), out.decode(errors="replace")
 
     def play(self, check: bool = False, **extra: Any) -> RunResult:
-        extravars = {"nvidia_driver_running_kernel": self.kernel, **self.repo_vars, **extra}
+        extravars = {"gpuprov_driver_branch": "535", "nvidia_driver_running_kernel": self.kernel, **self.repo_vars,
+                     **extra}
         return run(self.container, "nvidia_driver.yml", self.state, extravars, check=check)
 
     def failures(self, result: RunResult) -> str:
@@ -244,7 +245,7 @@ def test_fabric_manager_at_the_driver_version(host: Host) -> None:
 
 def test_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
     before = host.versions()
-    # the branch comes as the fleet file's driver.branch does: rendered to gpuprov_driver_branch (gpuprov/render.py)
+    # the branch comes as the fleet file's driver.branch does: gpuprov_driver_branch, mapped by gpuprov/rolevars.py
     refused = host.play(gpuprov_driver_branch="550", gpuprov_gpus_nvswitch="true")
     assert refused.failed_hosts == [host.name]
     message = host.failures(refused)
@@ -253,7 +254,7 @@ def test_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
     assert "nvidia_driver_branch_change_ok=true" in message
     assert host.versions() == before
 
-    # the fleet route: driver.allow_branch_change renders to gpuprov_driver_allow_branch_change
+    # the fleet route: driver.allow_branch_change renders to gpuprov_driver_allow_branch_change, mapped the same way
     check = _ok(host, host.play(check=True, gpuprov_driver_branch="550", gpuprov_driver_allow_branch_change="true",
                                 gpuprov_gpus_nvswitch="true"))
     assert check.hosts[host.name].changed > 0

@@ -52,7 +52,8 @@ class Host:
     def play(self, check: bool = False, **extra: Any) -> RunResult:
         # nvidia_driver_distro_repo_url left at its default: the archive the container's own sources name (the
         # machine's mirror)
-        extravars = {"nvidia_driver_running_kernel": self.kernel, "gpuprov_driver_method": "distro", **extra}
+        extravars = {"nvidia_driver_running_kernel": self.kernel, "gpuprov_driver_method": "distro",
+                     "gpuprov_driver_branch": "535", **extra}
         return run(self.container, "nvidia_driver.yml", self.state, extravars, check=check)
 
     def failures(self, result: RunResult) -> str:

@@ -109,7 +109,7 @@ def _run(container: Any, tmp: Path, *, check: bool = False) -> RunResult:
     inventory = run_dir / "inventory" / "hosts.yml"
     inventory.parent.mkdir(parents=True)
     host_vars = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
-                 "gpuprov_mig_layout": "all-1g.10gb", "gpuprov_mig_layouts": LAYOUTS}
+                 "mig_layout": "all-1g.10gb", "mig_layouts": LAYOUTS}
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host_vars}}}}}),
                          encoding="utf-8")
     return run_playbook(RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / "mig.yml",

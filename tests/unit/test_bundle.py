@@ -27,6 +27,7 @@ import yaml
 from gpuprov import bundle, mirrorfetch
 from gpuprov.exceptions import GpuprovError
 from gpuprov.fleet import load_fleet
+from gpuprov.rolevars import with_role_variables
 from gpuprov.standin import PackageSpec, build_repository
 from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
 from gpuprov.standin.dcgm import dcgm_package
@@ -239,7 +240,8 @@ def test_version_patterns_match_the_roles_regexes(section: str, version: str, cu
 
 
 def role_template(role: str, variables: dict[str, Any], expression: str) -> Any:
-    """Template ``expression`` with ``role``'s defaults and vars/main.yml plus ``variables`` (Ansible's Templar)."""
+    """Template ``expression`` with ``role``'s defaults and vars/main.yml plus ``variables`` (Ansible's Templar);
+    fleet variables (``gpuprov_*``) among them reach the role as gpuprov maps them (gpuprov.rolevars)."""
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
@@ -247,7 +249,7 @@ def role_template(role: str, variables: dict[str, Any], expression: str) -> Any:
     merged: dict[str, Any] = {}
     for layer in ("defaults", "vars"):
         merged.update(loader.load_from_file(str(ROOT / "roles" / role / layer / "main.yml"), trusted_as_template=True))
-    merged.update(variables)
+    merged.update(with_role_variables(variables))
     return Templar(loader=loader, variables=merged).template(trust_as_template(expression))
 
 

@@ -212,3 +212,21 @@ def test_driver_set_is_one_constant_for_driver_and_fabric_manager(nvml: dict[str
     result = drift.compare(_fact(nvml, installed__packages=only_lib, desired__driver_version=None))
     assert result["fabric_manager"]["in_sync"] and result["fabric_manager"]["desired"]["version"] == "580.95.05"
     assert "installed driver packages are 580.95.05" in result["driver"]["note"]
+
+
+def test_the_verify_role_publishes_the_desired_keys_drift_reads() -> None:
+    """roles/verify/tasks/drift.yml's ``verify_drift.desired`` has exactly :data:`DESIRED`'s keys, the ones
+    gpuprov.drift reads (``want.get(KEY)``), each from a verify role variable."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    tasks = yaml.safe_load((root / "roles" / "verify" / "tasks" / "drift.yml").read_text(encoding="utf-8"))
+    (publish,) = [t for t in tasks if "verify_drift" in (t.get("ansible.builtin.set_fact") or {})]
+    desired = publish["ansible.builtin.set_fact"]["verify_drift"]["desired"]
+    source = Path(drift.__file__).read_text(encoding="utf-8")
+    read = set(re.findall(r'want\.get\("(\w+)"\)', source)) | set(re.findall(r'_library\("(\w+)"', source))
+    assert set(desired) == set(DESIRED) == read
+    assert all(re.fullmatch(r"\{\{ verify_\w+( \| bool)? \}\}", str(v)) for v in desired.values()), desired

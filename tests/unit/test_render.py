@@ -13,9 +13,12 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible.vars.manager import VariableManager
 
+from gpuprov.cli.options import run_extravars
 from gpuprov.exceptions import ConfigError, FleetValidationError
 from gpuprov.fleet import load_fleet
 from gpuprov.render import PROXY_ENV_VAR, connection_vars, env_lookup, flatten, render_inventory
+from gpuprov.rolevars import ROLE_VARIABLES, role_variables, with_role_variables
+from gpuprov.runner import parse_extravars
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEETS = [ROOT / "inventory" / "example.yml", *sorted((ROOT / "tests" / "data" / "good").glob("*.yml"))]
@@ -126,28 +129,39 @@ def test_proxy_reaches_every_play_as_its_environment(tmp_path: Path, monkeypatch
 
 def test_allow_branch_change_reaches_the_driver_role(tmp_path: Path) -> None:
     """driver.allow_branch_change renders as gpuprov_driver_allow_branch_change per host (group and host
-    overrides included), and the nvidia_driver role's default for its confirmation, templated with each host's
-    variables, follows it; an extra variable (gpuprov apply --allow-branch-change) wins over the fleet's false."""
-    defaults = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    expression = trust_as_template("{{ nvidia_driver_branch_change_ok | bool }}")
+    overrides included) and as the nvidia_driver role's own nvidia_driver_branch_change_ok; an extra variable
+    (gpuprov apply --allow-branch-change) goes through the same mapping and wins over the fleet's false."""
     inventory = render_inventory(load_fleet(ROOT / "tests" / "data" / "good" / "driver_branch_change.yml"),
                                  tmp_path / "inv")
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(inventory)])
     variables = VariableManager(loader=loader, inventory=manager)
+    expression = trust_as_template("{{ nvidia_driver_branch_change_ok | bool }}")
+    forced = with_role_variables(parse_extravars(run_extravars((), allow_branch_change=True)))
     seen: dict[str, tuple[object, object, object]] = {}
     for host in manager.get_hosts():
         host_vars = variables.get_vars(host=host)
-        role = {"nvidia_driver_branch_change_ok": trust_as_template(defaults["nvidia_driver_branch_change_ok"])}
-        confirmed = Templar(loader=loader, variables={**host_vars, **role}).template(expression)
-        # --allow-branch-change: the same variable as an extra variable, over the inventory's
-        forced = Templar(loader=loader, variables={**host_vars, "gpuprov_driver_allow_branch_change": "true", **role}
-                         ).template(expression)
-        seen[host.name] = (host_vars["gpuprov_driver_allow_branch_change"], confirmed, forced)
+        confirmed = Templar(loader=loader, variables=host_vars).template(expression)
+        seen[host.name] = (host_vars["gpuprov_driver_allow_branch_change"], confirmed,
+                           Templar(loader=loader, variables={**host_vars, **forced}).template(expression))
     assert seen == {"gpu01": (True, True, True), "gpu02": (False, False, True), "gpu03": (False, False, True)}
-    bare = Templar(loader=loader, variables={"nvidia_driver_branch_change_ok": trust_as_template(
-        defaults["nvidia_driver_branch_change_ok"])}).template(expression)
-    assert bare is False  # outside a fleet (no gpuprov_ variables) the role stays unconfirmed
+
+
+def test_role_variables_follow_each_host(tmp_path: Path) -> None:
+    """Every role variable the renderer writes is what gpuprov.rolevars computes from that host's effective
+    settings, and only there: a setting that is unset leaves the role's own default."""
+    for path in FLEETS:
+        fleet = load_fleet(path)
+        inventory = render_inventory(fleet, tmp_path / path.stem)
+        loader = DataLoader()
+        manager = InventoryManager(loader=loader, sources=[str(inventory)])
+        variables = VariableManager(loader=loader, inventory=manager)
+        names = {var.name for var in ROLE_VARIABLES}
+        for name, host in fleet.hosts.items():
+            seen = variables.get_vars(host=manager.get_host(name))
+            assert {k: v for k, v in seen.items() if k in names} == role_variables(flatten(host.settings)), name
+        group_files = list((inventory / "group_vars").rglob("*.yml"))
+        assert group_files and not any(names & set(yaml.safe_load(p.read_text()) or {}) for p in group_files)
 
 
 def _example_with_group_setting(tmp_path: Path, section: str, values: dict[str, Any]) -> tuple[
@@ -166,6 +180,18 @@ def _example_with_group_setting(tmp_path: Path, section: str, values: dict[str, 
     return fleet, group, lambda name: variables.get_vars(host=manager.get_host(name)), loader
 
 
+def _role_value(role: str, name: str, host_vars: dict[str, Any], loader: DataLoader,
+                extra: dict[str, Any] | None = None) -> Any:
+    """What role variable ``name`` is on a host, as Ansible resolves it: the inventory's value over the role's
+    default (roles/<role>/defaults/main.yml), templated with the host's variables (and ``extra``)."""
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    variables = {**defaults, **(extra or {}), **host_vars}
+    value = variables[name]
+    if not isinstance(value, str):
+        return value
+    return Templar(loader=loader, variables=variables).template(trust_as_template(value))
+
+
 def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> None:
     """image_workers.procs_per_gpu (a group's value over the fleet default 4) becomes the role's default and
     the --procs-per-gpu of the rendered gpuprov-worker@ unit."""
@@ -173,16 +199,13 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
 
     fleet, group, host_vars_of, loader = _example_with_group_setting(tmp_path, "image_workers", {"procs_per_gpu": 8})
     role = ROOT / "roles" / "image_workers"
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
     unit = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
         (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text(encoding="utf-8")
     )
     seen = {}
     for name in fleet.hosts:
         host_vars = host_vars_of(name)
-        procs = Templar(loader=loader, variables=host_vars).template(
-            trust_as_template(defaults["image_workers_procs_per_gpu"])
-        )
+        procs = _role_value("image_workers", "image_workers_procs_per_gpu", host_vars, loader)
         text = unit.render(ansible_managed="", image_workers_procs_per_gpu=procs, image_workers_model=None,
                            image_workers_task="thumbnail", image_workers_size=None, image_workers_threads=4,
                            image_workers_lease_s=60, image_workers_output_dir="/o", image_workers_venv="/v",
@@ -199,16 +222,15 @@ def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeyp
     """mirrors.distro_repo_url ({env: NAME}) is read from the controller's environment at run time and becomes
     the nvidia_driver role's default for its Debian archive; without it the role's default stays empty."""
     monkeypatch.setenv("SITE_DEBIAN_MIRROR", "http://debian.mirror.internal/debian/")
-    defaults = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    expression = trust_as_template(defaults["nvidia_driver_distro_repo_url"])
     inventory = render_inventory(load_fleet(ROOT / "tests" / "data" / "good" / "distro_debian_mirror.yml"),
                                  tmp_path / "inv")  # fmt: skip
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(inventory)])
     host_vars = VariableManager(loader=loader, inventory=manager).get_vars(host=manager.get_host("ws1"))
-    assert Templar(loader=loader, variables=host_vars).template(expression) == "http://debian.mirror.internal/debian/"
+    url = _role_value("nvidia_driver", "nvidia_driver_distro_repo_url", host_vars, loader)
+    assert url == "http://debian.mirror.internal/debian/"
     assert "debian.mirror.internal" not in "".join(p.read_text() for p in (tmp_path / "inv").rglob("*.yml"))
-    assert Templar(loader=loader, variables={}).template(expression) == ""
+    assert _role_value("nvidia_driver", "nvidia_driver_distro_repo_url", {}, loader) == ""
 
 
 def test_verify_skip_leaves_those_steps_out_of_the_ladder(tmp_path: Path) -> None:
@@ -217,12 +239,9 @@ def test_verify_skip_leaves_those_steps_out_of_the_ladder(tmp_path: Path) -> Non
     fleet, group, host_vars_of, loader = _example_with_group_setting(tmp_path, "verify",
                                                                      {"skip": ["dcgm_diag", "cuda_sample"]})
     role = ROOT / "roles" / "verify"
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
     constants = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))
-    steps = {}
-    for name in fleet.hosts:
-        host_vars = {**host_vars_of(name), **constants}
-        steps[name] = Templar(loader=loader, variables=host_vars).template(trust_as_template(defaults["verify_steps"]))
+    steps = {name: _role_value("verify", "verify_steps", host_vars_of(name), loader, extra=constants)
+             for name in fleet.hosts}
     everything = constants["__verify_all_steps"]
     in_group = {name for name, host in fleet.hosts.items() if group in host.groups}
     assert in_group and len(in_group) < len(steps)

@@ -201,8 +201,9 @@ def test_a_used_layout_must_fit_its_host_even_if_it_fits_another() -> None:
 
 
 def test_default_dcgm_is_the_monitoring_roles_default() -> None:
-    defaults = (EXAMPLE.parents[1] / "roles" / "monitoring" / "defaults" / "main.yml").read_text(encoding="utf-8")
-    assert f"gpuprov_monitoring_dcgm_version | default('{DEFAULT_DCGM}', true)" in defaults
+    defaults = yaml.safe_load((EXAMPLE.parents[1] / "roles" / "monitoring" / "defaults" / "main.yml").read_text(
+        encoding="utf-8"))
+    assert defaults["monitoring_dcgm_version"] == DEFAULT_DCGM
 
 
 def _fleet(text: str) -> Fleet:
