@@ -40,17 +40,12 @@ from debian.debian_support import Version, version_compare
 from gpuprov.aptsign import key_fingerprint, release_text, sign
 from gpuprov.exceptions import ConfigError, GpuprovError
 from gpuprov.fleet import Fleet
-from gpuprov.fleet.checks import DEFAULT_DCGM
+from gpuprov.fleet.checks import default_dcgm
 from gpuprov.mirrorfetch import fetch, fetch_index, register_credentials
+from gpuprov.resources import role_defaults
 
 log = logging.getLogger(__name__)
 
-#: Where NVIDIA publishes the CUDA repository (roles/nvidia_driver/vars/main.yml __nvidia_driver_cuda_url_default).
-NVIDIA_CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
-#: The container toolkit packages and version of roles/container_toolkit/defaults/main.yml.
-CONTAINER_TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-                     "libnvidia-container1")
-CONTAINER_TOOLKIT_VERSION = "1.17.8-1"
 _OPS = {"<<": lambda c: c < 0, "<=": lambda c: c <= 0, "=": lambda c: c == 0, ">=": lambda c: c >= 0,
         ">>": lambda c: c > 0}
 
@@ -122,15 +117,16 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
         wants.append(Want(names[1], pattern, f"{section}.version", version, same_as=names[0]))
     monitoring = settings.get("monitoring") or {}
     if monitoring.get("enabled", True):
-        dcgm = str(monitoring.get("dcgm_version") or DEFAULT_DCGM)
+        dcgm = str(monitoring.get("dcgm_version") or default_dcgm())
         four = int(dcgm.split(".", maxsplit=1)[0]) >= 4
         name = "datacenter-gpu-manager-4-core" if four else "datacenter-gpu-manager"
         wants.append(Want(name, re.escape(f"1:{dcgm}" + ("-1" if four else "")), "monitoring.dcgm_version", dcgm))
     if settings.get("container_runtime", "docker") != "none":
-        elsewhere += [{"package": name, "version": CONTAINER_TOOLKIT_VERSION, "setting": "container_runtime",
+        toolkit = role_defaults("container_toolkit")
+        elsewhere += [{"package": name, "version": toolkit["container_toolkit_version"], "setting": "container_runtime",
                        "reason": "installed by container_toolkit from mirrors.container_toolkit_repo_url "
                                  "(NVIDIA's libnvidia-container repository), not the CUDA repository"}
-                      for name in CONTAINER_TOOLKIT]
+                      for name in toolkit["container_toolkit_packages"]]
     return wants, elsewhere
 
 
@@ -143,7 +139,9 @@ def repo_url(settings: dict[str, Any], os_name: str) -> str:
         if not value:
             raise ConfigError(f"mirrors.cuda_repo_url names environment variable {url.get('env')}, which is unset")
         url = value
-    return (str(url) if url else f"{NVIDIA_CUDA_REPOS}/{os_name}/x86_64").rstrip("/") + "/"
+    if not url:
+        url = f"{role_defaults('nvidia_driver', 'vars')['__nvidia_driver_cuda_repo_base']}/{os_name}/x86_64"
+    return str(url).rstrip("/") + "/"
 
 
 @dataclass

@@ -31,6 +31,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_driver import S
 
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.hostplay import TaskResults
+from gpuprov.resources import role_defaults
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,19 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
 #: Play variables the fleet play reads (tests point them at fixture trees); defaults are the real paths.
 _V = "gpuprov_doctor"
 
+#: What doctor compares the host with -> (role, role variable) the expectation is read from, as those roles
+#: read it: verify (GPUs, driver, MIG layout) and bios_check (the PCIe link the board is built for).
+_EXPECTED = {
+    "model": ("verify", "verify_expected_gpu_model"),
+    "count": ("verify", "verify_expected_gpu_count"),
+    "nvswitch": ("verify", "verify_nvswitch"),
+    "driver_version": ("verify", "verify_expected_driver_version"),
+    "pcie_width": ("bios_check", "bios_check_pcie_width"),
+    "pcie_gen": ("bios_check", "bios_check_pcie_gen"),
+    "mig_layout": ("verify", "verify_mig_layout"),
+    "mig_layouts": ("verify", "verify_mig_layouts"),
+}
+
 
 def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
     """The one play ``gpuprov doctor FILE`` runs: the existing read-only modules, registered per task."""
@@ -218,20 +232,12 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
         "hosts": "gpuprov",
         "gather_facts": False,
         "become": True,
+        "vars": {"__doctor_defaults": {var: role_defaults(role)[var] for role, var in _EXPECTED.values()}},
         "tasks": [
             {"name": "Read NVML facts", "gpuprov.gpu.nvml_facts": {}, "register": "__doctor_nvml", **ro},
-            # the fleet file's expectations, as the verify role reads them (roles/verify/defaults/main.yml)
+            # the fleet file's expectations: the role variables gpuprov maps it onto, else the roles' defaults
             {"name": "Read what the fleet file expects", "ansible.builtin.set_fact": {"__doctor_expected": {
-                "model": "{{ gpuprov_gpus_model | default(none) }}",
-                "count": "{{ gpuprov_gpus_count | default(none) }}",
-                "nvswitch": "{{ gpuprov_gpus_nvswitch | default(false) | bool }}",
-                "driver_version": "{{ gpuprov_driver_version | default(none) }}",
-                # the PCIe link the board is built for, as bios_check reads it (roles/bios_check/defaults/main.yml)
-                "pcie_width": "{{ gpuprov_bios_check_pcie_width | default(16) }}",
-                "pcie_gen": "{{ gpuprov_bios_check_pcie_gen | default('auto') }}",
-                # the MIG layout, as the verify role passes it to its mig step (roles/verify/tasks/main.yml)
-                "mig_layout": "{{ gpuprov_mig_layout | default(none) }}",
-                "mig_layouts": "{{ gpuprov_mig_layouts | default({}) }}"}}},
+                key: f"{{{{ {var} | default(__doctor_defaults.{var}) }}}}" for key, (_, var) in _EXPECTED.items()}}},
             # MIG instances exist only as NVML state; nvidia-smi lists them (as verify's mig step reads them)
             {"name": "List the MIG GPU instances", "ansible.builtin.command": {"argv": ["nvidia-smi", "mig", "-lgi"]},
              "when": "__doctor_nvml.ansible_facts.gpuprov_gpus.gpus | default([]) | map(attribute='mig', default=none)"

@@ -9,8 +9,12 @@ is given as its collections path and Python finds ``ansible_collections.gpuprov.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -45,6 +49,21 @@ def playbooks_dir() -> Path:
 def roles_dir() -> Path:
     """Return the directory holding the collection's roles."""
     return collection_dir() / "roles"
+
+
+@functools.cache
+def role_defaults(role: str, kind: str = "defaults") -> dict[str, Any]:
+    """Return the variables of ``roles/<role>/<kind>/main.yml`` (``kind``: ``defaults`` or ``vars``), as
+    written (Jinja left unrendered).
+
+    Controller code that needs a role's value (the DCGM version it installs, the toolkit packages it pins,
+    NVIDIA's repository base) reads it here, so the role's file stays the one copy.
+
+    Raises:
+        FileNotFoundError: the collection has no such role.
+    """
+    path = roles_dir() / role / kind / "main.yml"
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def templates_dir() -> Path:

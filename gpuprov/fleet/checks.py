@@ -14,10 +14,14 @@ from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.hostcheck import HostCheck
 from gpuprov.fleet.mig import check_mig
 from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
+from gpuprov.resources import role_defaults
 
 _LONG_LIVED = ("ltsb", "production")
-#: DCGM version the monitoring role installs when the fleet names none (roles/monitoring/defaults/main.yml)
-DEFAULT_DCGM = "3.3.5"
+
+
+def default_dcgm() -> str:
+    """The DCGM version the monitoring role installs when the fleet names none (its ``monitoring_dcgm_version``)."""
+    return str(role_defaults("monitoring")["monitoring_dcgm_version"])
 
 
 def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None:
@@ -72,7 +76,7 @@ def _check_monitoring(ctx: HostCheck, s: dict[str, Any]) -> None:
     """dcgm-exporter ``<dcgm>-<exporter>`` must be built for the DCGM the host runs, or it restarts in a
     loop with "API version mismatch" (the monitoring role refuses it too, but only once it runs on the host)."""
     mon = s["monitoring"]
-    exporter, dcgm = mon["dcgm_exporter_version"], mon["dcgm_version"] or DEFAULT_DCGM
+    exporter, dcgm = mon["dcgm_exporter_version"], mon["dcgm_version"] or default_dcgm()
     if exporter is None or exporter.split("-", maxsplit=1)[0] == dcgm:
         return
     built_for = exporter.split("-", maxsplit=1)[0]

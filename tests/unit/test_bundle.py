@@ -168,7 +168,9 @@ def test_container_runtime_is_reported_not_bundled(standin_repo: tuple[Path, str
     _, url = standin_repo
     manifest = bundle.plan(load_fleet(write_fleet(tmp_path, url, container_runtime="docker")))
     not_bundled = manifest["oses"]["debian12"]["not_bundled"]
-    assert {e["package"] for e in not_bundled} == set(bundle.CONTAINER_TOOLKIT)
+    assert {(e["package"], e["version"]) for e in not_bundled} == {
+        (name, "1.17.8-1") for name in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                                       "libnvidia-container-tools", "libnvidia-container1")}
     assert all(e["host"] == "gpu01" and e["setting"] == "container_runtime" for e in not_bundled)
 
 

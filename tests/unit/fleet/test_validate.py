@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from gpuprov.exceptions import FleetValidationError
 from gpuprov.fleet import Fleet, load_fleet
-from gpuprov.fleet.checks import DEFAULT_DCGM
 from gpuprov.fleet.loader import load_text
 from gpuprov.fleet.validate import validate_loaded
 
@@ -198,12 +197,6 @@ def test_a_used_layout_must_fit_its_host_even_if_it_fits_another() -> None:
         _fleet(MIG_FLEET % ("A100-SXM4-80GB", ", settings: {mig: {layout: a100-40}}"))
     [problem] = info.value.problems
     assert problem.path == "settings.mig.layouts.a100-40[0].mig_devices.3g.20gb" and "host gpu01" in problem.problem
-
-
-def test_default_dcgm_is_the_monitoring_roles_default() -> None:
-    defaults = yaml.safe_load((EXAMPLE.parents[1] / "roles" / "monitoring" / "defaults" / "main.yml").read_text(
-        encoding="utf-8"))
-    assert defaults["monitoring_dcgm_version"] == DEFAULT_DCGM
 
 
 def _fleet(text: str) -> Fleet:
