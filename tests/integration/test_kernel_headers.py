@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.standin.catalogue import driver_packages, kernel_headers, kernel_image, meta
+from gpuprov.lab.standin.catalogue import driver_packages, kernel_headers, kernel_image, meta
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -52,7 +52,7 @@ def test_headers_for_the_running_kernel_are_installed(tmp_path: Path, lab_images
         status = exec_ok(container, "dkms status")
         assert f"{AHEAD}, x86_64: installed" in status
         assert RUNNING not in status
-        extravars = {"nvidia_driver_running_kernel": RUNNING, **repo_vars}
+        extravars = {"nvidia_driver_branch": "535", "nvidia_driver_running_kernel": RUNNING, **repo_vars}
 
         # the headers package is not available: check and apply fail, naming kernel and package
         check = run(container, "nvidia_driver.yml", tmp_path / "state", extravars, check=True)

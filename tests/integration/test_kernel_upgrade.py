@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprov.lab.standin.catalogue import driver_packages, kernel_headers, kernel_image
 from gpuprov.recap import summary
-from gpuprov.standin.catalogue import driver_packages, kernel_headers, kernel_image
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -33,7 +33,7 @@ def test_new_kernel_gets_its_module(tmp_path: Path, lab_images: dict[str, str]) 
         specs = [*driver_packages("535", "535.183.01", flavours=("",)), kernel_image(NEW, "6.1.999-1"),
                  kernel_headers(NEW, "6.1.999-1", f"/usr/src/linux-headers-{kernel}")]
         repo_vars = install_repository(container, specs, tmp_path / "repo")
-        extravars = {"nvidia_driver_running_kernel": kernel, **repo_vars}
+        extravars = {"nvidia_driver_branch": "535", "nvidia_driver_running_kernel": kernel, **repo_vars}
 
         first = run(container, "nvidia_driver.yml", tmp_path / "state", extravars)
         assert first.status == "successful", first.hosts[host].failures
