@@ -111,10 +111,18 @@ def supervise(
         st.done_before += st.done
         st.done = 0
         st.restart_at = None
+        # the config goes through a pipe, not argv: `ps` shows argv to every user, and the queue URL may
+        # carry a password
         st.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuprov.images.worker", cfg],
-            stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
+            [sys.executable, "-m", "gpuprov.images.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
         )  # fmt: skip
+        assert st.proc.stdin is not None
+        try:
+            st.proc.stdin.write(cfg + "\n")
+            st.proc.stdin.close()
+        except BrokenPipeError:  # it died at start-up; the exit code says why, as for any other death
+            pass
         st.reader = threading.Thread(target=read, args=(st, st.proc), daemon=True)
         st.reader.start()
 

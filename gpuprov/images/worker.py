@@ -1,8 +1,9 @@
 """One worker process per device, fed by the shared queue (its supervisor: :mod:`gpuprov.images.supervisor`).
 
 The process is pinned to one device (:mod:`gpuprov.images.slots`) and runs its loop in stages, most in
-threads of their own (:mod:`gpuprov.images.stages`). It is started as ``python -m gpuprov.images.worker
-CONFIG``: ``CONFIG`` is a :class:`WorkerConfig` as JSON; events go to stdout as JSON lines (``start``,
+threads of their own (:mod:`gpuprov.images.stages`). It is started as ``python -m gpuprov.images.worker``
+and reads its :class:`WorkerConfig` as one JSON line from stdin (not from argv, which ``ps`` shows to every
+user: the queue URL may carry a password); events go to stdout as JSON lines (``start``,
 ``progress``, ``error``, ``exit``), and the exit code says whether a restart can help.
 
 Guarantees: a worker claims ``batch`` tasks with a lease, a thread renews the leases while it works,
@@ -156,7 +157,7 @@ def die_with_supervisor() -> None:
 def _child_main() -> None:
     logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
     die_with_supervisor()
-    raw = json.loads(sys.argv[1])
+    raw = json.loads(sys.stdin.readline())
     cfg = WorkerConfig(**{**raw, "slot": Slot(**raw["slot"])})
 
     def emit(event: dict[str, Any]) -> None:

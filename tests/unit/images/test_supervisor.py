@@ -82,3 +82,24 @@ def test_a_queue_that_comes_back_resets_the_back_off(tmp_path: Path) -> None:
     _run_slots(states, _starter(lambda n: EXIT_QUEUE_DOWN if n < 2 else 0, starts),
                WorkerConfig("sqlite:///q", str(tmp_path)), None, 300)  # fmt: skip
     assert states[0].finished and len(starts) == 3
+
+
+def test_the_worker_config_travels_on_stdin_not_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ps`` shows every process's argv to every user; the queue URL's password must not be there. The real
+    worker reads its config from the pipe: it tries the Redis queue the URL names (a closed port here)."""
+    password = "s3cret-pw"
+    argvs: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(argv: list[str], **kwargs: object) -> subprocess.Popen[str]:
+        argvs.append(list(argv))
+        return real_popen(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    config = WorkerConfig(f"redis://:{password}@127.0.0.1:1/0", str(tmp_path), task="thumbnail")
+    with pytest.raises(QueueUnavailable, match=r"redis.*127\.0\.0\.1:1") as raised:
+        supervisor.supervise(config, [Slot("cpu0")], lambda st, event: None, queue_timeout_s=1)
+    assert argvs and all(password not in " ".join(argv) for argv in argvs), argvs
+    assert password not in str(raised.value)
