@@ -165,7 +165,7 @@ def tar_bytes(directory: Path, arcname: str) -> bytes:
     return buffer.getvalue()
 
 
-# Bus ids of the mock NVML profiles (gpuprov/mocknvml/profiles).
+# Bus ids of the mock NVML profiles (gpuprov/lab/mocknvml/profiles).
 H200X2_BUS = ["0000:00:06.0", "0000:00:07.0"]
 A100X8_BUS = [
     "0000:07:00.0",

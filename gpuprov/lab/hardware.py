@@ -2,7 +2,7 @@
 
 :func:`install` puts into a running lab container
 
-* ``/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`` - the mock library (:mod:`gpuprov.mocknvml`),
+* ``/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`` - the mock library (:mod:`gpuprov.lab.mocknvml`),
   built here with the system compiler;
 * ``/etc/gpuprov/mock-nvml.conf`` - the compiled profile the library reads (all shipped profiles are
   under ``/etc/gpuprov/mock-nvml.d/`` as well);
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import ConfigError, HostsFailed
+from gpuprov.lab.mocknvml import install as install_mock
+from gpuprov.lab.mocknvml import list_profiles, load_profile
+from gpuprov.lab.mocknvml.smi import BOOKWORM_VERSION, BULLSEYE_VERSION, fetch_nvidia_smi
+from gpuprov.lab.standin.catalogue import STANDIN_NVML_OVERLAY_FILE
 from gpuprov.matrix import load_matrix
-from gpuprov.mocknvml import install as install_mock
-from gpuprov.mocknvml import list_profiles, load_profile
-from gpuprov.mocknvml.smi import BOOKWORM_VERSION, BULLSEYE_VERSION, fetch_nvidia_smi
-from gpuprov.standin.catalogue import STANDIN_NVML_OVERLAY_FILE
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ site does: it publishes a signed mirror and points the fleet file's ``mirrors.cu
 ``mirrors.cuda_repo_key_fingerprint`` at it, and the nvidia_driver role configures it like any mirror.
 
 * :func:`build` makes, in the lab state dir, one flat repository per lab OS with
-  :mod:`gpuprov.standin` (NVIDIA's driver packages of every lab branch - nvidia-driver-<b>[-open|-server],
+  :mod:`gpuprov.lab.standin` (NVIDIA's driver packages of every lab branch - nvidia-driver-<b>[-open|-server],
   nvidia-dkms-<b> with the tiny real DKMS module, libnvidia-compute, nvidia-utils, nvidia-compute-utils
   with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers - the ``cuda`` chain, the CUDA toolkits
   NVIDIA publishes for that OS with their cuDNN and NCCL builds, and ``datacenter-gpu-manager``, which
@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import HostsFailed
-from gpuprov.standin import dcgm
-from gpuprov.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
-from gpuprov.standin.container import packages as container_toolkit_packages
-from gpuprov.standin.deb import StandinPackage
-from gpuprov.standin.repo import KEY_NAME, build_repository, key_fingerprint
-from gpuprov.standin.toolkit import lab_toolkit_packages_for
+from gpuprov.lab.standin import dcgm
+from gpuprov.lab.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
+from gpuprov.lab.standin.container import packages as container_toolkit_packages
+from gpuprov.lab.standin.deb import StandinPackage
+from gpuprov.lab.standin.repo import KEY_NAME, build_repository, key_fingerprint
+from gpuprov.lab.standin.toolkit import lab_toolkit_packages_for
 
 log = logging.getLogger(__name__)
 

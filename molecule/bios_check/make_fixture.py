@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gpuprov.mocknvml import install  # noqa: E402
+from gpuprov.lab.mocknvml import install  # noqa: E402
 from tests.bios_check_fixtures import build_tree, healthy_h200  # noqa: E402
 
 

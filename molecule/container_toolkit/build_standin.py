@@ -1,5 +1,5 @@
 """Build what prepare.yml copies into the lab containers: the signed stand-in libnvidia-container
-repository (gpuprov/standin/container.py), the mock NVML library and the repository key's fingerprint.
+repository (gpuprov/lab/standin/container.py), the mock NVML library and the repository key's fingerprint.
 
     python build_standin.py OUT    # OUT/repo.tar, OUT/nvml/libnvidia-ml.so.1, OUT/fingerprint
 
@@ -12,10 +12,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from gpuprov.mocknvml.build import build_library
-from gpuprov.standin import build_repository
-from gpuprov.standin.container import packages
-from gpuprov.standin.repo import key_fingerprint
+from gpuprov.lab.mocknvml.build import build_library
+from gpuprov.lab.standin import build_repository
+from gpuprov.lab.standin.container import packages
+from gpuprov.lab.standin.repo import key_fingerprint
 
 
 def main(out: Path) -> int:

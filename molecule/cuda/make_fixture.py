@@ -4,7 +4,7 @@
     python make_fixture.py nvml PROFILE OUT.tar   # mock NVML with PROFILE, as a tarball for /
     python make_fixture.py driver NAME VERSION OUT.deb   # an empty installed-driver package
 
-The repository is gpuprov.standin.toolkit's lab set: cuda-toolkit-11-8/12-2/12-8/13-0 and every cuDNN and
+The repository is gpuprov.lab.standin.toolkit's lab set: cuda-toolkit-11-8/12-2/12-8/13-0 and every cuDNN and
 NCCL build for them, so apt's candidate is often NOT the build for the installed CUDA (libnccl2's
 candidate is +cuda12.0 next to the +cuda11.8 an 11.8 host needs), which the roles must pick.
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gpuprov.mocknvml import install  # noqa: E402
-from gpuprov.standin.deb import PackageSpec, build_deb  # noqa: E402
-from gpuprov.standin.repo import build_repository, key_fingerprint  # noqa: E402
-from gpuprov.standin.toolkit import lab_toolkit_packages  # noqa: E402
+from gpuprov.lab.mocknvml import install  # noqa: E402
+from gpuprov.lab.standin.deb import PackageSpec, build_deb  # noqa: E402
+from gpuprov.lab.standin.repo import build_repository, key_fingerprint  # noqa: E402
+from gpuprov.lab.standin.toolkit import lab_toolkit_packages  # noqa: E402
 
 
 def build_repo(out: Path) -> None:

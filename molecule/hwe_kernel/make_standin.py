@@ -9,7 +9,7 @@ DEBIAN_KERNEL (a placeholder tree) and the ``linux-headers-amd64`` meta at VERSI
 the only base-OS source, so the scenario runs offline and fast (the real Debian headers, and DKMS
 building against them, are the kernel tests' ground: tests/integration/test_kernel_headers.py).
 The Ubuntu 20.04 stand-in also gets what ``gpuprov lab up`` gives it (gpuprov/lab/repo.py): the stand-in
-Ubuntu archive with ``linux-generic-hwe-20.04`` (gpuprov.standin.catalogue.lab_ubuntu_archive_packages:
+Ubuntu archive with ``linux-generic-hwe-20.04`` (gpuprov.lab.standin.catalogue.lab_ubuntu_archive_packages:
 the HWE 5.15.0-105-generic image and headers, the headers linked to those of DEBIAN_KERNEL). Both are
 signed with one key generated in OUT.gnupg (one home per host: concurrent builds in one gpg home fail;
 never committed), live under /srv/gpuprov-standin, are served on the loopback by the lab's unit and are
@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gpuprov.lab.repo import ARCHIVE_SOURCE, ROOT_IN_HOST, UNIT, UNIT_TEXT  # noqa: E402
-from gpuprov.standin import build_repository  # noqa: E402
-from gpuprov.standin.catalogue import kernel_headers, lab_ubuntu_archive_packages, meta  # noqa: E402
-from gpuprov.standin.repo import KEY_NAME  # noqa: E402
+from gpuprov.lab.standin import build_repository  # noqa: E402
+from gpuprov.lab.standin.catalogue import kernel_headers, lab_ubuntu_archive_packages, meta  # noqa: E402
+from gpuprov.lab.standin.repo import KEY_NAME  # noqa: E402
 
 ARCHIVE = "ubuntu2004-archive"
 DEBIAN_ARCHIVE = "debian-archive"

@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
+from gpuprov.lab.standin import PackageSpec, build_repository
+from gpuprov.lab.standin.repo import key_fingerprint
 from gpuprov.rolevars import with_role_variables
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
-from gpuprov.standin import PackageSpec, build_repository
-from gpuprov.standin.repo import key_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_IN_CONTAINER = "/opt/gpuprov-standin"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pynvml
 
-from gpuprov.mocknvml import install
-from gpuprov.mocknvml.smi import fetch_nvidia_smi
+from gpuprov.lab.mocknvml import install
+from gpuprov.lab.mocknvml.smi import fetch_nvidia_smi
 
 #: where the probes' pynvml.py lies on the host (``sys.path.insert(0, PROBE_DIR)``)
 PROBE_DIR = "/opt/gpuprov-test-probe"

@@ -20,7 +20,7 @@ without packages, CUDA 13.0 is installed as NVIDIA's debs in parts, without the 
    cuda-toolkit-13-0, and nvidia_driver adopts the loaded 580 open driver (its version line read from a
    file standing in for /proc/driver/nvidia/version), skipping repository, install, DKMS and services with
    the reason, and looks for its daemons as processes;
-4. cuda-nvcc-13-0, cuda-cudart-13-0 and its config package installed with dpkg alone (gpuprov.standin
+4. cuda-nvcc-13-0, cuda-cudart-13-0 and its config package installed with dpkg alone (gpuprov.lab.standin
    specs): applying both roles succeeds (cuda writes its environment files; nothing is installed), and the
    check-mode run after it reports both roles in sync (changed 0) with the reasons stated.
 """
@@ -39,12 +39,12 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuprov.lab.standin import build_deb
+from gpuprov.lab.standin.catalogue import kernel_headers, meta
+from gpuprov.lab.standin.deb import spec_of
+from gpuprov.lab.standin.toolkit import cuda_toolkit
 from gpuprov.rolevars import with_role_variables
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
-from gpuprov.standin import build_deb
-from gpuprov.standin.catalogue import kernel_headers, meta
-from gpuprov.standin.deb import spec_of
-from gpuprov.standin.toolkit import cuda_toolkit
 from tests.integration.kernel_lab import exec_ok, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

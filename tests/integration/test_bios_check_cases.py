@@ -73,7 +73,7 @@ def lab_host(lab_images: dict[str, str]) -> Iterator[Any]:
 
 def _prepare(container: Any, tmp_path: Path, profile: str, tree: Tree) -> None:
     """Install the mock NVML ``profile`` and the fixture tree; remove the previous report."""
-    from gpuprov.mocknvml import install
+    from gpuprov.lab.mocknvml import install
 
     root = tmp_path / "rootfs"
     install(root, profile)

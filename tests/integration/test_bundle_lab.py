@@ -25,9 +25,9 @@ import pytest
 
 from gpuprov.cli.__main__ import main
 from gpuprov.lab.mirrors import read_mirrors
-from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
-from gpuprov.standin.repo import build_repository
-from gpuprov.standin.toolkit import cuda_toolkit, nccl_packages
+from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, driver_packages
+from gpuprov.lab.standin.repo import build_repository
+from gpuprov.lab.standin.toolkit import cuda_toolkit, nccl_packages
 from tests.integration.kernel_lab import dkms_container, exec_ok, run
 from tests.unit.test_bundle import serve, write_fleet
 

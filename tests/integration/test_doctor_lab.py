@@ -54,7 +54,7 @@ def lab_fleet(lab_images: dict[str, str], tmp_path_factory: pytest.TempPathFacto
 
 
 def _prepare(container: Any, tmp_path: Path, profile: str) -> None:
-    from gpuprov.mocknvml import install
+    from gpuprov.lab.mocknvml import install
 
     root = tmp_path / "rootfs"
     install(root, profile)

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from gpuprov.lab.standin import PackageSpec, build_repository
+from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages
 from gpuprov.runner import RunResult
-from gpuprov.standin import PackageSpec, build_repository
-from gpuprov.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages
 from tests.integration.kernel_lab import REPO_IN_CONTAINER, dkms_container, exec_ok, install_repository, run
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

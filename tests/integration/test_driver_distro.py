@@ -6,7 +6,7 @@ what the Debian 12 installer writes (main and non-free-firmware), pointed at thi
 resolve against the real Debian archive and assert the plan and that the host is untouched; the real install
 (Debian's nvidia-kernel-dkms builds the real module, minutes) runs only with GPUPROV_REAL_ARCHIVE=1.
 The Ubuntu path runs on the ubuntu2004 stand-in with a signed stand-in of the archive's
-nvidia-driver-535-server set (``gpuprov.standin.catalogue.driver_packages``) as its enabled source.
+nvidia-driver-535-server set (``gpuprov.lab.standin.catalogue.driver_packages``) as its enabled source.
 Outcomes come from the run's stats and events and from the host (dpkg, apt-mark, apt's files).
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from gpuprov.lab.mirrors import read_mirrors
+from gpuprov.lab.standin.catalogue import driver_packages
 from gpuprov.runner import RunResult
-from gpuprov.standin.catalogue import driver_packages
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -139,9 +139,9 @@ def test_real_host_values(real: dict[str, Any]) -> None:
 
 def test_mock_h200x2_matches_real_host(real: dict[str, Any], tmp_path: Path) -> None:
     try:
-        from gpuprov.mocknvml import build_library, mock_environment
+        from gpuprov.lab.mocknvml import build_library, mock_environment
     except ImportError as exc:
-        pytest.skip(f"gpuprov.mocknvml is not there yet ({exc})")
+        pytest.skip(f"gpuprov.lab.mocknvml is not there yet ({exc})")
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build the mock NVML")
     lib = build_library(tmp_path / "lib")

@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import mig as mig_engine
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 
-from gpuprov.mocknvml import bind_pynvml, build_library, compile_profile
+from gpuprov.lab.mocknvml import bind_pynvml, build_library, compile_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_1G = [{"devices": "all", "mig_enabled": True, "mig_devices": {"1g.10gb": 7}}]
@@ -223,7 +223,7 @@ def test_real_nvidia_smi_lists_the_applied_layout(
 ) -> None:
     """Debian's nvidia-smi 535 reads the same GPU state (what `nvidia-smi mig -lgi` shows an operator)."""
     from gpuprov.exceptions import EnvironmentMissing
-    from gpuprov.mocknvml.smi import fetch_nvidia_smi
+    from gpuprov.lab.mocknvml.smi import fetch_nvidia_smi
 
     try:
         smi = fetch_nvidia_smi()

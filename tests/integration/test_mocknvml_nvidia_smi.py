@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpuprov.exceptions import EnvironmentMissing
-from gpuprov.mocknvml import build_library, mock_environment
-from gpuprov.mocknvml.smi import fetch_nvidia_smi
+from gpuprov.lab.mocknvml import build_library, mock_environment
+from gpuprov.lab.mocknvml.smi import fetch_nvidia_smi
 
 QUERY = (
     "index,name,uuid,pci.bus_id,driver_version,memory.total,persistence_mode,pcie.link.gen.max,pcie.link.width.current"

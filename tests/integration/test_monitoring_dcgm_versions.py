@@ -1,6 +1,6 @@
 """On a lab container: dcgm-exporter built for another DCGM than the host engine, and the matching pair.
 
-The container gets the DCGM stand-ins of gpuprov/standin/dcgm.py as a signed apt repository on its loopback
+The container gets the DCGM stand-ins of gpuprov/lab/standin/dcgm.py as a signed apt repository on its loopback
 (datacenter-gpu-manager 3.3.5 and 3.3.9, whose nv-hostengine/dcgmi report their version; exporter builds
 3.3.5-3.4.1 and 3.3.9-3.6.1, which exit with "API version mismatch" against another engine). The tests run
 playbooks/monitoring.yml through gpuprov.runner in order, on one container:
@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
+from gpuprov.lab.standin.dcgm import build
 from gpuprov.runner import RunResult
-from gpuprov.standin.dcgm import build
 from tests.integration.kernel_lab import exec_ok, run, task_results, wait_booted
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

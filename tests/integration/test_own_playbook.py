@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
+from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, driver_packages
 from tests.collection_build import build_and_install
 from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository
 

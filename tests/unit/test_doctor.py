@@ -1,5 +1,5 @@
 """gpuprov doctor: the rules on facts collected from the real mock NVML (one subprocess per profile, loading
-libnvidia-ml.so.1 built from gpuprov/mocknvml) plus fixture sysfs/procfs/kernel-log trees, and the pure rules
+libnvidia-ml.so.1 built from gpuprov/lab/mocknvml) plus fixture sysfs/procfs/kernel-log trees, and the pure rules
 (utilisation swings, throttling, stale holders) on hand-made facts."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def kernel(ok: bool = True, headers: bool = True, dkms_state: str = "installed")
 
 @pytest.fixture(scope="module")
 def mock_lib_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gpuprov.mocknvml import build_library
+    from gpuprov.lab.mocknvml import build_library
 
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build the mock NVML")
@@ -62,7 +62,7 @@ def mock_lib_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def collect(lib_dir: Path, tmp_path: Path, profile: str, tree: Tree, **extra: Any) -> dict[str, Any]:
     """Run doctor's local collector on the mock NVML ``profile`` and the fixture ``tree`` in a subprocess."""
-    from gpuprov.mocknvml import mock_environment
+    from gpuprov.lab.mocknvml import mock_environment
 
     root = build_tree(tmp_path / "fixture", tree)
     env = mock_environment(lib_dir, profile, tmp_path / "conf")

@@ -209,9 +209,9 @@ COLLECT_SCRIPT = "import json, pynvml; from gpuprov.facts import collect_with; p
 @pytest.fixture(scope="module")
 def mock_lib_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        from gpuprov.mocknvml import build_library
+        from gpuprov.lab.mocknvml import build_library
     except ImportError as exc:
-        pytest.skip(f"gpuprov.mocknvml is not there yet ({exc})")
+        pytest.skip(f"gpuprov.lab.mocknvml is not there yet ({exc})")
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build the mock NVML")
     out = tmp_path_factory.mktemp("mocknvml")
@@ -221,7 +221,7 @@ def mock_lib_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def mock_facts(lib_dir: Path, profile: str, conf_dir: Path) -> dict[str, Any]:
     """Run the collector in a subprocess whose pynvml loads the mock with ``profile``; no traceback allowed."""
-    from gpuprov.mocknvml import mock_environment
+    from gpuprov.lab.mocknvml import mock_environment
 
     env = mock_environment(lib_dir, profile, conf_dir)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".collections")])  # this checkout's collection
@@ -265,7 +265,7 @@ MOCK_EXPECTATIONS: dict[str, Any] = {
 
 @pytest.mark.parametrize("profile", sorted(MOCK_EXPECTATIONS))
 def test_collector_on_mock_profile(profile: str, mock_lib_dir: Path, tmp_path: Path) -> None:
-    from gpuprov.mocknvml import list_profiles
+    from gpuprov.lab.mocknvml import list_profiles
 
     if profile not in list_profiles():
         pytest.skip(f"mock profile {profile} not written yet")

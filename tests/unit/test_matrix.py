@@ -120,9 +120,9 @@ def test_every_mig_gpu_has_its_profiles() -> None:
 
 
 def test_mig_profiles_agree_with_the_mock_nvml() -> None:
-    """The mock NVML's profile tables (gpuprov/mocknvml/src/mig.c) serve the same profiles: name, compute slices,
+    """The mock NVML's profile tables (gpuprov/lab/mocknvml/src/mig.c) serve the same profiles: name, compute slices,
     most instances and memory slices (its placement size)."""
-    source = (Path(__file__).resolve().parents[2] / "gpuprov" / "mocknvml" / "src" / "mig.c").read_text()
+    source = (Path(__file__).resolve().parents[2] / "gpuprov" / "lab" / "mocknvml" / "src" / "mig.c").read_text()
     row = re.compile(r'\{\d+, \d+, "([^"]+)", (\d+), (\d+), \d+, \d+, \d+, \d+, \d+, \d+, \d+, (\d+), \d+, \d+\}')
     tables = {"a100_40gb": "A100-SXM4-40GB", "a100_80gb": "A100-SXM4-80GB", "h100_80gb": "H100-SXM5-80GB",
               "h200_141gb": "H200"}

@@ -55,3 +55,28 @@ def test_no_import_cycle_between_modules() -> None:
         if path.name == "__init__.py":
             graph[name] = {m for m in graph[name] if not m.startswith(name + ".")}
     assert_acyclic(graph)
+
+
+#: The lab (containers, mock NVML, stand-in repositories) is a test double of a GPU fleet; only the
+#: ``gpuprov lab`` command reaches into it, and only when it runs (the Docker SDK is the lab extra's).
+LAB = "gpuprov.lab"
+LAB_COMMAND = "gpuprov.cli.lab"
+
+
+def test_no_runtime_module_imports_the_lab() -> None:
+    runtime = {name: path for name, path in MODULES.items() if name != LAB and not name.startswith(LAB + ".")}
+    reaching = {name: sorted(m for m in _imports(name, path) if m == LAB or m.startswith(LAB + "."))
+                for name, path in runtime.items() if name != LAB_COMMAND}
+    assert {name: found for name, found in reaching.items() if found} == {}
+
+
+def test_only_the_lab_imports_the_docker_sdk() -> None:
+    importing = []
+    for name, path in MODULES.items():
+        if name == LAB or name.startswith(LAB + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            importing += [name for n in names if n == "docker" or n.startswith("docker.")]
+    assert importing == []

@@ -32,7 +32,7 @@ def test_state_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 def test_cache_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from gpuprov.lab.images import cache_dir as debootstrap_cache
-    from gpuprov.mocknvml.smi import cache_dir as smi_cache
+    from gpuprov.lab.mocknvml.smi import cache_dir as smi_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "c"))
     assert resources.cache_dir() == tmp_path / "c" / "gpuprov"

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from gpuprov.lab.fleetfile import HEADER, render_fleet, write_fleet_file
+from gpuprov.lab.standin.dcgm import exporter_script
 from gpuprov.lab.state import LabHost
-from gpuprov.standin.dcgm import exporter_script
 
 HOSTS = [
     LabHost("gpuprov-lab-1", "lab-debian12-1", "debian12", 22201),
@@ -56,7 +56,7 @@ def test_written_file_loads_with_expected_structure(tmp_path: Path) -> None:
 def test_lab_fleet_file_validates(tmp_path: Path) -> None:
     """What `lab up` writes must pass `gpuprov validate` for every shipped hardware profile."""
     from gpuprov.fleet import load_fleet
-    from gpuprov.mocknvml import list_profiles
+    from gpuprov.lab.mocknvml import list_profiles
 
     hosts = [LabHost(f"gpuprov-lab-{n}", f"lab-debian12-{n}", "debian12" if n % 2 else "ubuntu2004", 22200 + n, p)
              for n, p in enumerate(list_profiles(), 1)]

@@ -15,7 +15,7 @@ from types import ModuleType
 import pynvml
 import pytest
 
-from gpuprov.mocknvml import bind_pynvml, build_library, compile_profile
+from gpuprov.lab.mocknvml import bind_pynvml, build_library, compile_profile
 
 
 @pytest.fixture(scope="session")

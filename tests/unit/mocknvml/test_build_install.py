@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.mocknvml import compile_profile, driver_overlay, install, list_profiles
+from gpuprov.lab.mocknvml import compile_profile, driver_overlay, install, list_profiles
 
 
 def test_soname_and_hidden_internals(mock_library: Path) -> None:

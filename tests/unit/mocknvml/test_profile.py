@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.mocknvml import compile_profile, list_profiles, load_profile
+from gpuprov.lab.mocknvml import compile_profile, list_profiles, load_profile
 
 EXPECTED = {
     "h200x2",

@@ -12,7 +12,7 @@ from types import ModuleType
 import pynvml
 import pytest
 
-from gpuprov.mocknvml import NVML_ERRORS, list_profiles
+from gpuprov.lab.mocknvml import NVML_ERRORS, list_profiles
 
 Init = Callable[[str | Path], ModuleType]
 

@@ -218,7 +218,7 @@ def test_containerd_refuses_schema_1_and_non_tables(merge: ModuleType, text: str
 # --- toolkit config.toml (driver root) ------------------------------------------------------------
 
 def test_toolkit_root_rendered_and_comments_kept(merge: ModuleType) -> None:
-    from gpuprov.standin.container import CONFIG_TOML
+    from gpuprov.lab.standin.container import CONFIG_TOML
 
     seeded = CONFIG_TOML.replace('#root = "/run/nvidia/driver"', 'root = "/run/nvidia/driver"').replace(
         'ldconfig = "@/sbin/ldconfig"', 'ldconfig = "@/run/nvidia/driver/sbin/ldconfig.real"')

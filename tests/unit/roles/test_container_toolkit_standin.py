@@ -1,4 +1,4 @@
-"""The stand-in toolkit packages (gpuprov/standin/container.py) reproduce the failure signatures the
+"""The stand-in toolkit packages (gpuprov/lab/standin/container.py) reproduce the failure signatures the
 container_toolkit tests rely on: the cgroup v2 error below libnvidia-container 1.8.0 and the
 library-load error when the driver root lacks libnvidia-ml.so.1. The stub runs here, on the controller,
 against fixture directories."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from gpuprov.standin.container import CONFIG_TOML, DEFAULT_CONFIG, VERSIONS, packages, toolkit_packages
+from gpuprov.lab.standin.container import CONFIG_TOML, DEFAULT_CONFIG, VERSIONS, packages, toolkit_packages
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg") is None, reason="the stub compares versions with dpkg")
 

@@ -39,7 +39,7 @@ A100 = {"expected_gpu_model": "A100-SXM4-80GB", "expected_gpu_count": 8}
 def mock_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build the mock NVML")
-    from gpuprov.mocknvml import build_library
+    from gpuprov.lab.mocknvml import build_library
 
     out = tmp_path_factory.mktemp("mocknvml")
     build_library(out)
@@ -49,7 +49,7 @@ def mock_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def profile_facts(mock_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """profile name -> the gpuprov_gpus fact the collector reads from the mock NVML (cached per module)."""
-    from gpuprov.mocknvml import mock_environment
+    from gpuprov.lab.mocknvml import mock_environment
 
     cache: dict[str, dict[str, Any]] = {}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from ansible_collections.gpuprov.gpu.plugins.modules import image_workers_plan
 
-from gpuprov.mocknvml import load_profile
+from gpuprov.lab.mocknvml import load_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""The DCGM stand-ins the monitoring role's tests run against (gpuprov/standin/dcgm.py), run for real here:
+"""The DCGM stand-ins the monitoring role's tests run against (gpuprov/lab/standin/dcgm.py), run for real here:
 the host engine serves its version, dcgmi reports both its own and the engine's, and the exporter refuses an
 engine of another DCGM with "API version mismatch" while serving every collectors field otherwise."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.standin.dcgm import EXPORTER_VERSIONS, build, dcgm_package, exporter_script
+from gpuprov.lab.standin.dcgm import EXPORTER_VERSIONS, build, dcgm_package, exporter_script
 
 
 def _free_port() -> int:

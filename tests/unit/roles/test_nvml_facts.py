@@ -76,9 +76,9 @@ def test_module_without_nvml(tmp_path: Path, home: Path, monkeypatch: pytest.Mon
 @pytest.fixture(scope="module")
 def mock_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        from gpuprov.mocknvml import build_library
+        from gpuprov.lab.mocknvml import build_library
     except ImportError as exc:
-        pytest.skip(f"gpuprov.mocknvml is not there yet ({exc})")
+        pytest.skip(f"gpuprov.lab.mocknvml is not there yet ({exc})")
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build the mock NVML")
     out = tmp_path_factory.mktemp("mocknvml")
@@ -89,7 +89,7 @@ def mock_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("profile", ["h200x2", "xid79"])
 def test_module_on_mock(profile: str, mock_lib: Path, tmp_path: Path, home: Path,
                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuprov.mocknvml import mock_environment
+    from gpuprov.lab.mocknvml import mock_environment
 
     env = mock_environment(mock_lib, profile, tmp_path / "conf")
     for key in ("LD_LIBRARY_PATH", "GPUPROV_MOCK_NVML_CONF"):

@@ -12,8 +12,8 @@ import pytest
 
 from gpuprov.aptsign import release_text
 from gpuprov.exceptions import ConfigError
-from gpuprov.standin import FileSpec, PackageSpec, build_deb, build_repository
-from gpuprov.standin.catalogue import (
+from gpuprov.lab.standin import FileSpec, PackageSpec, build_deb, build_repository
+from gpuprov.lab.standin.catalogue import (
     DKMS_CONF,
     FABRICMANAGER,
     LAB_BRANCHES,
@@ -24,7 +24,7 @@ from gpuprov.standin.catalogue import (
     preset,
     ubuntu_kernel,
 )
-from gpuprov.standin.deb import stage
+from gpuprov.lab.standin.deb import stage
 
 needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb not installed")
 needs_repo_tools = pytest.mark.skipif(

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage, build_deb, spec_of, stage
-from gpuprov.standin.repo import build_repository
-from gpuprov.standin.sharedlib import shared_library
-from gpuprov.standin.toolkit import (
+from gpuprov.lab.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage, build_deb, spec_of, stage
+from gpuprov.lab.standin.repo import build_repository
+from gpuprov.lab.standin.sharedlib import shared_library
+from gpuprov.lab.standin.toolkit import (
     cuda_toolkit,
     cudnn_packages,
     lab_toolkit_packages,
     lab_toolkit_packages_for,
     nccl_packages,
 )
-from gpuprov.standin.toolkit_releases import CUDA_RELEASES, version_code
+from gpuprov.lab.standin.toolkit_releases import CUDA_RELEASES, version_code
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the stand-in libraries")
 needs_repo_tools = pytest.mark.skipif(

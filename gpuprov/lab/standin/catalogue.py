@@ -11,8 +11,8 @@ whole driver set of a branch around it (see the comment above it), :func:`cuda_m
 
 from __future__ import annotations
 
-from gpuprov.mocknvml import driver_overlay
-from gpuprov.standin.deb import FileSpec, PackageSpec
+from gpuprov.lab.mocknvml import driver_overlay
+from gpuprov.lab.standin.deb import FileSpec, PackageSpec
 
 #: Debian revisions NVIDIA's CUDA repository gives driver packages: ``535.183.01-0ubuntu1`` in the
 #: ubuntu2004/2204/2404 directories, ``535.183.01-1`` in debian12.
@@ -191,7 +191,7 @@ def ubuntu_kernel(abi: str, flavour: str, meta_suffix: str, meta_version: str,
 
 #: What the stand-in libnvidia-compute-<branch> installs: the driver userland version, one line.
 STANDIN_DRIVER_VERSION_FILE = "/usr/share/nvidia/gpuprov-standin/driver-version"
-#: The mock NVML overlay the stand-in userland ships (gpuprov.mocknvml.driver_overlay): with it installed, the
+#: The mock NVML overlay the stand-in userland ships (gpuprov.lab.mocknvml.driver_overlay): with it installed, the
 #: lab's mock reports the driver version of the package installed, not its profile's.
 STANDIN_NVML_OVERLAY_FILE = "/usr/share/nvidia/gpuprov-standin/mock-nvml-driver.conf"
 
@@ -399,7 +399,7 @@ def lab_ubuntu_archive_packages(debian_kernel: str) -> list[PackageSpec]:
 
 
 def preset(name: str, headers_target: str | None = None) -> list[PackageSpec]:
-    """Named package sets for Molecule and the CLI (``python -m gpuprov.standin``).
+    """Named package sets for Molecule and the CLI (``python -m gpuprov.lab.standin``).
 
     ``ubuntu-hwe``: fake 5.15.0-105-generic with linux-generic-hwe-20.04 metas; ``nvidia-dkms``:
     nvidia-dkms-535 (535.183.01); ``debian-kernel``: a newer Debian-named kernel 6.1.0-99-amd64 (image +

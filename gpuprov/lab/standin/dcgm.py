@@ -15,7 +15,7 @@ DCGM than the host engine's; docs/field-failures.md, 'dcgm-exporter built for an
   lab, the real nvidia-smi over the mock NVML, so a profile's eight A100s are eight series), or, without
   nvidia-smi, an idle H200 pair (33 C, 73 W, Gen5 x16, 143771 MiB framebuffer; test values, not measurements).
 
-``python -m gpuprov.standin.dcgm OUT`` builds everything under OUT: a signed repository in ``OUT/repo``
+``python -m gpuprov.lab.standin.dcgm OUT`` builds everything under OUT: a signed repository in ``OUT/repo``
 (with the exporters under ``OUT/repo/exporters/``), the same packed as ``OUT/repo.tar`` (contents at its
 root), and ``OUT/manifest.json``
 (``{"dcgm_versions": [...], "exporters": {"<version>": {"path": "exporters/dcgm-exporter-<version>",
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import GpuprovError
-from gpuprov.standin.deb import FileSpec, PackageSpec
-from gpuprov.standin.repo import build_repository
+from gpuprov.lab.standin.deb import FileSpec, PackageSpec
+from gpuprov.lab.standin.repo import build_repository
 
 log = logging.getLogger(__name__)
 
@@ -328,14 +328,14 @@ def build(out: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuprov.standin.dcgm OUT``: build the stand-ins under OUT; exit 0, or the error's code."""
-    parser = argparse.ArgumentParser(prog="python -m gpuprov.standin.dcgm", description=__doc__)
+    """``python -m gpuprov.lab.standin.dcgm OUT``: build the stand-ins under OUT; exit 0, or the error's code."""
+    parser = argparse.ArgumentParser(prog="python -m gpuprov.lab.standin.dcgm", description=__doc__)
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     try:
         build(args.out)
     except GpuprovError as exc:
-        sys.stderr.write(f"gpuprov.standin.dcgm: {exc}\n")
+        sys.stderr.write(f"gpuprov.lab.standin.dcgm: {exc}\n")
         return exc.exit_code
     return 0
 

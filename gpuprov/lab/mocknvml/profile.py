@@ -237,7 +237,7 @@ def compile_profile(profile: str | Path) -> str:
     """Compile a profile (shipped name or YAML path) to the flat ``key=value`` text the C library reads.
 
     Write the result to a file and point ``GPUPROV_MOCK_NVML_CONF`` at it, or install it as
-    ``/etc/gpuprov/mock-nvml.conf`` (see :func:`gpuprov.mocknvml.install`).
+    ``/etc/gpuprov/mock-nvml.conf`` (see :func:`gpuprov.lab.mocknvml.install`).
     """
     resolved = load_profile(profile)
     log.debug("compiled mock NVML profile %s (%d GPUs)", resolved["name"], len(resolved["gpus"]))

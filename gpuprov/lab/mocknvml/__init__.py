@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from gpuprov.mocknvml.build import LIBRARY_NAME, build_library
-from gpuprov.mocknvml.profile import (
+from gpuprov.lab.mocknvml.build import LIBRARY_NAME, build_library
+from gpuprov.lab.mocknvml.profile import (
     NVML_ERRORS,
     PROFILES_DIR,
     compile_profile,

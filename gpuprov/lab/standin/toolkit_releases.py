@@ -2,7 +2,7 @@
 
 Release data (nvcc build strings, library build numbers) is taken from NVIDIA's published releases as far as
 the maintainers know them; ``verified`` in :data:`CUDA_RELEASES` says which were checked.
-:mod:`gpuprov.standin.toolkit` builds the packages from it.
+:mod:`gpuprov.lab.standin.toolkit` builds the packages from it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuprov.aptsign import KEY_NAME, key_fingerprint, release_text, sign
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.standin.deb import StandinPackage, build_deb, spec_of
+from gpuprov.lab.standin.deb import StandinPackage, build_deb, spec_of
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ Names, version strings and dependencies follow developer.download.nvidia.com/com
   ``libnccl.so.2``) and ``/usr/include/nccl.h`` with NCCL_MAJOR/MINOR/PATCH; dev depends on the exact
   runtime version, as NVIDIA's does.
 
-The shared libraries are compiled from C (:func:`gpuprov.standin.sharedlib.shared_library`); each exports
+The shared libraries are compiled from C (:func:`gpuprov.lab.standin.sharedlib.shared_library`); each exports
 the library's real version call (``cudaRuntimeGetVersion``, ``cudnnGetVersion``, ``ncclGetVersion``), so
 tests can read SONAMEs with readelf and load them with ctypes. Packages that ship one are
-:class:`~gpuprov.standin.deb.BinaryPackage`; :func:`gpuprov.standin.repo.build_repository` builds both kinds
-into one signed repository. The release data comes from :mod:`gpuprov.standin.toolkit_releases`.
+:class:`~gpuprov.lab.standin.deb.BinaryPackage`; :func:`gpuprov.lab.standin.repo.build_repository` builds both kinds
+into one signed repository. The release data comes from :mod:`gpuprov.lab.standin.toolkit_releases`.
 """
 
 from __future__ import annotations
@@ -31,14 +31,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage
-from gpuprov.standin.sharedlib import shared_library
-from gpuprov.standin.toolkit_releases import CUDA_RELEASES, CUDNN_RELEASES, NCCL_RELEASES, cuda_release, version_code
+from gpuprov.lab.standin.deb import BinaryPackage, FileSpec, PackageSpec, StandinPackage
+from gpuprov.lab.standin.sharedlib import shared_library
+from gpuprov.lab.standin.toolkit_releases import (
+    CUDA_RELEASES,
+    CUDNN_RELEASES,
+    NCCL_RELEASES,
+    cuda_release,
+    version_code,
+)
 
 #: Where Debian and Ubuntu packages put x86-64 libraries.
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
-#: The stand-in ``nvcc`` script (format fields: a :class:`~gpuprov.standin.toolkit_releases.CudaRelease`'s
+#: The stand-in ``nvcc`` script (format fields: a :class:`~gpuprov.lab.standin.toolkit_releases.CudaRelease`'s
 #: ``version``, ``nvcc``, ``built``, ``build`` and ``year``).
 NVCC = """\
 #!/bin/sh

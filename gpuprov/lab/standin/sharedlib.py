@@ -1,7 +1,7 @@
 """Shared libraries compiled from C for stand-in packages: real ELF files with the SONAME asked for.
 
 Tests read the SONAMEs with readelf and load the libraries with ctypes, so each stand-in library exports the
-real library's version call (see :mod:`gpuprov.standin.toolkit`).
+real library's version call (see :mod:`gpuprov.lab.standin.toolkit`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ edited file - or a wrong driver root carried over from an old install - survives
 role's merge is tested against the file it meets on real hosts. The default is kept in
 ``/usr/share/gpuprov-standin/nvidia-container-toolkit/config.toml``.
 
-``python -m gpuprov.standin.container OUT`` builds a signed repository with every version in
+``python -m gpuprov.lab.standin.container OUT`` builds a signed repository with every version in
 :data:`VERSIONS` and prints its one-line apt source.
 """
 
@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 
 from gpuprov.exceptions import GpuprovError
-from gpuprov.standin.deb import FileSpec, PackageSpec
-from gpuprov.standin.repo import build_repository
+from gpuprov.lab.standin.deb import FileSpec, PackageSpec
+from gpuprov.lab.standin.repo import build_repository
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ path = "nvidia-ctk"
 # Library directories the stub searches under the driver root, as libnvidia-container's ldcache does
 # for Debian/Ubuntu and RPM layouts.
 CLI_STUB = r"""#!/bin/sh
-# gpuprov stand-in for nvidia-container-cli @VERSION@ (see gpuprov/standin/container.py)
+# gpuprov stand-in for nvidia-container-cli @VERSION@ (see gpuprov/lab/standin/container.py)
 version=@VERSION@
 floor=@FLOOR@
 config=/etc/nvidia-container-runtime/config.toml
@@ -204,15 +204,15 @@ def packages(versions: tuple[str, ...] = VERSIONS) -> list[PackageSpec]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuprov.standin.container OUT [--gnupg-home DIR]``: build the signed repository."""
-    parser = argparse.ArgumentParser(prog="python -m gpuprov.standin.container", description=main.__doc__)
+    """``python -m gpuprov.lab.standin.container OUT [--gnupg-home DIR]``: build the signed repository."""
+    parser = argparse.ArgumentParser(prog="python -m gpuprov.lab.standin.container", description=main.__doc__)
     parser.add_argument("out", type=Path, help="repository directory to create")
     parser.add_argument("--gnupg-home", type=Path, default=None, help="reuse (or create) the signing key here")
     args = parser.parse_args(argv)
     try:
         repo = build_repository(packages(), args.out, gnupg_home=args.gnupg_home)
     except GpuprovError as exc:
-        sys.stderr.write(f"gpuprov.standin.container: {exc}\n")
+        sys.stderr.write(f"gpuprov.lab.standin.container: {exc}\n")
         return exc.exit_code
     sys.stdout.write(repo.source_line() + "\n")
     return 0

@@ -1,7 +1,7 @@
 """Declarative package specs and ``dpkg-deb --build``.
 
 A :class:`PackageSpec` holds text files and symlinks only; a :class:`BinaryPackage` adds binary files (e.g.
-shared libraries from :func:`gpuprov.standin.sharedlib.shared_library`). :func:`build_deb` builds either.
+shared libraries from :func:`gpuprov.lab.standin.sharedlib.shared_library`). :func:`build_deb` builds either.
 """
 
 from __future__ import annotations

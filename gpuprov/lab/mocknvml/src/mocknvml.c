@@ -6,13 +6,13 @@
  * libnvidia-ml.so.1 run unchanged in CI and in the lab containers.
  *
  * Profile: a flat "key=value" file compiled from profiles/<name>.yaml by
- * gpuprov.mocknvml.compile_profile().  It is found through, in order:
+ * gpuprov.lab.mocknvml.compile_profile().  It is found through, in order:
  *   $GPUPROV_MOCK_NVML_CONF              path of a compiled file
  *   $GPUPROV_MOCK_NVML_PROFILE           a path to a compiled file, or a name
  *                                        looked up as <dir>/<name>.conf with
  *                                        <dir> = $GPUPROV_MOCK_NVML_PROFILE_DIR
  *                                        or /etc/gpuprov/mock-nvml.d
- *   /etc/gpuprov/mock-nvml.conf          what gpuprov.mocknvml.install() writes
+ *   /etc/gpuprov/mock-nvml.conf          what gpuprov.lab.mocknvml.install() writes
  *
  * Overlay: a profile key "overlay=PATH" names a second file of the same form
  * whose keys win over the profile's; it is read at each nvmlInit when present
