@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_package_set
 from debian.deb822 import Packages
 from debian.debian_support import Version, version_compare
 
@@ -70,10 +71,10 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
     """The packages the roles install from the CUDA repository for one host's effective settings, and those
     they install from elsewhere (``[{package, version, setting, reason}]``).
 
-    The one Python copy of the roles' naming (tests/unit/test_bundle.py compares it with the roles' Jinja):
-    nvidia_driver ``nvidia-driver-<b>[-open]``, ``nvidia-dkms-<b>[-open]``, ``libnvidia-compute-<b>``,
-    ``nvidia-utils-<b>``, ``nvidia-compute-utils-<b>`` and, with ``gpus.nvswitch``, ``nvidia-fabricmanager-<b>``,
-    all at one version (``driver.version`` exact when it has a revision, else ``<v>-*``); cuda
+    The driver set is named by the collection's rule (``plugin_utils/driver_packages.py``, as the nvidia_driver
+    role names it), Fabric Manager with ``gpus.nvswitch``, all at one version (``driver.version`` exact when it
+    has a revision, else ``<v>-*``). The other roles' naming, compared with their Jinja by
+    tests/unit/test_bundle.py: cuda
     ``cuda-toolkit-X-Y`` at ``X.Y.<p>-<n>`` (or the given patch); cudnn 9+ ``libcudnn<M>-cuda-<X>`` and
     ``libcudnn<M>-dev-cuda-<X>``, older ``libcudnn<M>`` and ``-dev``; nccl ``libnccl2`` + ``libnccl-dev`` at
     ``<v>-<n>+cudaX.Y``; monitoring ``datacenter-gpu-manager`` ``1:<v>`` (``-4-core`` ``1:<v>-1`` from DCGM 4).
@@ -83,16 +84,12 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
     driver = settings.get("driver") or {}
     branch = str(driver.get("branch") or "auto")
     if branch != "auto":
-        suffix = "-open" if driver.get("flavour") == "open" else ""
         version = driver.get("version") or ""
         pattern = "" if not version else re.escape(version) + ("" if "-" in version else "-.*")
-        meta = f"nvidia-driver-{branch}{suffix}"
+        nvswitch = bool((settings.get("gpus") or {}).get("nvswitch"))
+        meta, *siblings = driver_package_set(branch, driver.get("flavour"), fabric_manager=nvswitch)
         setting = "driver.version" if version else "driver.branch"
         wants.append(Want(meta, pattern, setting, version or branch))
-        siblings = [f"nvidia-dkms-{branch}{suffix}", f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}",
-                    f"nvidia-compute-utils-{branch}"]
-        if (settings.get("gpus") or {}).get("nvswitch"):
-            siblings.append(f"nvidia-fabricmanager-{branch}")
         wants += [Want(name, pattern, setting, version or branch, same_as=meta) for name in siblings]
     cuda = str((settings.get("cuda") or {}).get("version") or "")
     cuda_xy = ".".join(cuda.split(".")[:2])

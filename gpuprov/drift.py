@@ -1,12 +1,13 @@
 """The drift report of ``gpuprov check FILE --json PATH``: per host, desired vs installed for each component.
 
-Installed state is read on the hosts by ``roles/verify/tasks/drift.yml`` (dpkg-query, which needs no
-python3-apt; NVML; the container runtime's configuration files; ``nvidia-smi mig -lgi``) and published with the
-desired values (the rendered ``gpuprov_*`` variables) as the fact ``verify_drift``. :func:`compare` turns one
-host's fact into ``{component: {desired, installed, in_sync, note}}`` for the components in :data:`COMPONENTS`.
+Installed state is read on the hosts by ``roles/verify/tasks/drift.yml`` (gpuprov.gpu.deb_packages, which
+reads dpkg-query and needs no python3-apt; NVML; the container runtime's configuration files; ``nvidia-smi mig
+-lgi``) and published with the desired values (the verify role's ``verify_expected_*`` variables) as the fact
+``verify_drift``. :func:`compare` turns one host's fact into ``{component: {desired, installed, in_sync,
+note}}`` for the components in :data:`COMPONENTS`.
 
-Package names are NVIDIA's (CUDA repository): ``nvidia-driver-<branch>[-open]``, ``nvidia-dkms-<branch>[-open]``,
-``nvidia-fabricmanager-<branch>``, ``cuda-toolkit-<X>-<Y>``, ``libcudnn<N>-cuda-<X>``, ``libnccl2``,
+Package names are NVIDIA's (CUDA repository): the driver set as the collection names it
+(``plugin_utils/driver_packages.py``), ``cuda-toolkit-<X>-<Y>``, ``libcudnn<N>-cuda-<X>``, ``libnccl2``,
 ``nvidia-container-toolkit``.
 """
 
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_packages
 from rich.table import Table
 
 log = logging.getLogger(__name__)
@@ -44,17 +47,6 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
 DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
 _DRIVER_PACKAGE = re.compile(rf"^({'|'.join(DRIVER_SET)})-\d+")
 
-
-
-def parse_packages(text: str) -> dict[str, str]:
-    """``dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> {package: version} of the
-    installed ones (status abbreviation's second letter ``i``; ``hi`` is installed and held)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 3 and len(parts[2]) >= 2 and parts[2][1] == "i":
-            out[parts[0]] = parts[1]
-    return out
 
 
 def _upstream(version: str | None) -> str | None:
@@ -106,7 +98,7 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     branch = _none(want.get("driver_branch"))
     branch = None if branch == "auto" else branch
     version = _none(want.get("driver_version"))
-    suffix = "-open" if want.get("driver_flavour") == "open" else ""
+    names = driver_packages(branch, want.get("driver_flavour"))
     drivers = _driver_packages(packages, ("nvidia-driver", "nvidia-dkms"))
     nvml_version = nvml.get("driver_version") if nvml.get("available") else None
     # the loaded driver: the kernel module's own version, /sys/module/nvidia/version (readable when NVML is not,
@@ -118,7 +110,7 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     installed = {"packages": drivers, "nvml_driver_version": nvml_version,
                  "kernel_module_version": nvml.get("kernel_module_version")}
     desired = {"branch": branch or "auto", "version": version,
-               "packages": [f"nvidia-driver-{branch}{suffix}", f"nvidia-dkms-{branch}{suffix}"] if branch else []}
+               "packages": [names["meta"], names["dkms"]] if branch else []}
     if branch and not drivers and _adopting(packages) and nvml_version and nvml_version.split(".")[0] == branch:
         # adopted as it is (the nvidia_driver role's adopt path): the loaded driver is on the branch, no package
         return _entry(desired, installed, True, f"adopted: the loaded driver {nvml_version} is on branch {branch} "
@@ -144,7 +136,7 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
     if not required:
         return _entry("not required (gpus.nvswitch false)", found, True)
     branch = _none(want.get("driver_branch"))
-    name = f"nvidia-fabricmanager-{branch}" if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
+    name = driver_packages(branch)["fabric_manager"] if branch and branch != "auto" else "nvidia-fabricmanager-<branch>"
     # the version to match is the installed driver set's (what the host runs after its next boot, and what the
     # role pins Fabric Manager to: the daemon refuses to start at another version); NVML's reading (the loaded
     # driver) only where no package says
@@ -241,7 +233,7 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
     component of :data:`COMPONENTS` (versions are Debian package versions or NVML's driver version)."""
     want = drift.get("desired") or {}
     have = drift.get("installed") or {}
-    packages = parse_packages(str(have.get("packages") or ""))
+    packages = installed_versions(have.get("packages") or {})
     nvml = have.get("nvml") or {}
     files = {str(r.get("item")): r.get("content") for r in have.get("runtime_files") or [] if isinstance(r, dict)}
     toolkit, runtime = _runtime(want, packages, files)

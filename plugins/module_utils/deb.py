@@ -72,6 +72,11 @@ def missing_names(names, packages):
     return [n for n in names if not is_pattern(n) and (packages.get(n) or {}).get("status") != "installed"]
 
 
+def installed_versions(packages):
+    """``{name: entry}`` of :func:`parse_dpkg_query` -> ``{name: version}`` of the installed packages (held or not)."""
+    return {name: entry["version"] for name, entry in packages.items() if entry["status"] == "installed"}
+
+
 def as_package_facts(packages):
     """``ansible_facts['packages']`` in package_facts' shape (installed packages only):
     ``{name: [{"name", "version", "arch", "source": "dpkg"}]}``; a foreign-architecture package keyed

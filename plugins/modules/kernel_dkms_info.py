@@ -131,6 +131,11 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
+    dpkg_query_argv,
+    installed_versions,
+    parse_dpkg_query,
+)
 from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import find_modules, version_key
 
 # DKMS 2.x: "nvidia, 535.183.01, 5.15.0-105-generic, x86_64: installed"
@@ -298,14 +303,8 @@ def main():
     packages = {}
     dpkg = module.get_bin_path("dpkg-query")
     if dpkg:
-        _rc, out, _err = module.run_command(
-            [dpkg, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
-             "linux-image-*", "linux-headers-*"]
-        )
-        for line in out.splitlines():
-            parts = line.split("\t")
-            if len(parts) == 3 and parts[2].startswith("ii"):
-                packages[parts[0]] = parts[1]
+        _rc, out, _err = module.run_command(dpkg_query_argv(dpkg, ["linux-image-*", "linux-headers-*"]))
+        packages = installed_versions(parse_dpkg_query(out))
     image_kernels, image_metas, headers_kernels, headers_metas = split_packages(packages)
 
     boot = set()

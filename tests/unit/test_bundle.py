@@ -14,6 +14,8 @@ import http.server
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -27,10 +29,11 @@ import yaml
 from gpuprov import bundle, mirrorfetch
 from gpuprov.exceptions import GpuprovError
 from gpuprov.fleet import load_fleet
+from gpuprov.lab.standin import PackageSpec, build_repository
+from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, driver_packages
+from gpuprov.lab.standin.dcgm import dcgm_package
+from gpuprov.resources import collections_path
 from gpuprov.rolevars import with_role_variables
-from gpuprov.standin import PackageSpec, build_repository
-from gpuprov.standin.catalogue import DEBIAN_REVISION, driver_packages
-from gpuprov.standin.dcgm import dcgm_package
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,9 +214,14 @@ def test_unreachable_repository_is_an_environment_error(tmp_path: Path) -> None:
                         "nvidia-compute-utils-550"],
       "cuda": ["cuda-toolkit-11-8"], "cudnn": ["libcudnn8", "libcudnn8-dev"],
       "monitoring": ["datacenter-gpu-manager=1:3.3.9"]}),
+    # Ubuntu's server builds: the userland takes -server too (the bundle used to fetch the desktop userland)
+    ({"driver": {"branch": "570", "flavour": "server"}, "monitoring": {"enabled": False}},
+     {"nvidia_driver": ["nvidia-driver-570-server", "nvidia-dkms-570-server", "libnvidia-compute-570-server",
+                        "nvidia-utils-570-server", "nvidia-compute-utils-570-server"]}),
 ])
 def test_names_match_the_roles_jinja(settings: dict[str, Any], expected: dict[str, list[str]]) -> None:
-    """stack_packages gives the names the roles' own vars compute for the same fleet variables."""
+    """stack_packages gives the names the roles' own vars compute for the same fleet variables (the driver set
+    through the collection's naming rule, which both call)."""
     from_roles = role_names(settings)
     assert from_roles == expected  # the roles still compute what this test expects...
     wants, _ = bundle.stack_packages(settings)
@@ -241,18 +249,34 @@ def test_version_patterns_match_the_roles_regexes(section: str, version: str, cu
         assert bool(re.fullmatch(ours, candidate)) == bool(re.fullmatch(role_regex, candidate)), candidate
 
 
+#: Templates one role expression the way a play does: Ansible's collection loader installed first, so the
+#: collection's own filters (gpuprov.gpu.nvidia_driver_packages) resolve. In a process of its own, as
+#: ansible-playbook is: the loader must come before any import of ``ansible_collections`` and it patches
+#: ``sys.intern``, which torch's compiler refuses.
+_TEMPLATE = """
+import json, sys
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+role_dir, variables, expression = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+loader = DataLoader()
+merged = {}
+for layer in ("defaults", "vars"):
+    merged.update(loader.load_from_file(f"{role_dir}/{layer}/main.yml", trusted_as_template=True))
+merged.update(variables)
+print(json.dumps(Templar(loader=loader, variables=merged).template(trust_as_template(expression))))
+"""
+
+
 def role_template(role: str, variables: dict[str, Any], expression: str) -> Any:
     """Template ``expression`` with ``role``'s defaults and vars/main.yml plus ``variables`` (Ansible's Templar);
     fleet variables (``gpuprov_*``) among them reach the role as gpuprov maps them (gpuprov.rolevars)."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-
-    loader = DataLoader()
-    merged: dict[str, Any] = {}
-    for layer in ("defaults", "vars"):
-        merged.update(loader.load_from_file(str(ROOT / "roles" / role / layer / "main.yml"), trusted_as_template=True))
-    merged.update(with_role_variables(variables))
-    return Templar(loader=loader, variables=merged).template(trust_as_template(expression))
+    done = subprocess.run([sys.executable, "-c", _TEMPLATE, str(collections_path()), str(ROOT / "roles" / role),
+                           json.dumps(with_role_variables(variables)), expression],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def role_names(settings: dict[str, Any]) -> dict[str, list[str]]:

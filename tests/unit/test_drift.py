@@ -1,7 +1,8 @@
 """The drift report's comparison (gpuprov.drift.compare) on recorded dpkg-query / NVML / config inputs.
 
-The package lines are dpkg-query's exact format (``${Package}\\t${Version}\\t${db:Status-Abbrev}``); NVML facts
-come from the h200x2 capture through the real collector.
+The package lines are dpkg-query's output in the format gpuprov.gpu.deb_packages asks for (``DPKG_QUERY_FORMAT``:
+package, architecture, version, dpkg's three-word status), read by the module's own parser; NVML facts come from the
+h200x2 capture through the real collector.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import parse_dpkg_query
 from nvml_fake import FakeNvml
 from test_verify import MIG_LGI
 
@@ -24,17 +26,18 @@ DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavo
            "container_runtime": "docker", "mig_layout": None, "mig_layouts": {}}
 
 PACKAGES = "\n".join([
-    "linux-image-6.8.0-60-generic\t6.8.0-60.63\tii ",
-    "linux-headers-6.8.0-60-generic\t6.8.0-60.63\tii ",
-    "linux-image-6.8.0-31-generic\t6.8.0-31.31\trc ",  # removed, config files left: not installed
-    "nvidia-driver-580-open\t580.159.04-0ubuntu1\thi ",
-    "nvidia-dkms-580-open\t580.159.04-0ubuntu1\thi ",
-    "nvidia-fabricmanager-580\t580.159.04-1\tii ",
-    "cuda-toolkit-12-8\t12.8.1-1\tii ",
-    "libcudnn9-cuda-12\t9.10.2.21-1\tii ",
-    "libnccl2\t2.26.2-1+cuda12.8\tii ",
-    "nvidia-container-toolkit\t1.17.8-1\tii ",
-    "libcudnn8\t\tun ",
+    "linux-image-6.8.0-60-generic\tamd64\t6.8.0-60.63\tinstall ok installed",
+    "linux-headers-6.8.0-60-generic\tamd64\t6.8.0-60.63\tinstall ok installed",
+    # removed, configuration files left: not installed
+    "linux-image-6.8.0-31-generic\tamd64\t6.8.0-31.31\tdeinstall ok config-files",
+    "nvidia-driver-580-open\tamd64\t580.159.04-0ubuntu1\thold ok installed",
+    "nvidia-dkms-580-open\tamd64\t580.159.04-0ubuntu1\thold ok installed",
+    "nvidia-fabricmanager-580\tamd64\t580.159.04-1\tinstall ok installed",
+    "cuda-toolkit-12-8\tamd64\t12.8.1-1\tinstall ok installed",
+    "libcudnn9-cuda-12\tamd64\t9.10.2.21-1\tinstall ok installed",
+    "libnccl2\tamd64\t2.26.2-1+cuda12.8\tinstall ok installed",
+    "nvidia-container-toolkit\tamd64\t1.17.8-1\tinstall ok installed",
+    "libcudnn8\tamd64\t\tunknown ok not-installed",
 ])
 DAEMON = base64.b64encode(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}).encode()).decode()
 
@@ -50,14 +53,14 @@ def nvml() -> dict[str, Any]:
 
 
 def _fact(nvml: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    installed = {"kernel": "6.8.0-60-generic", "packages": PACKAGES, "nvml": nvml,
+    installed = {"kernel": "6.8.0-60-generic", "packages": parse_dpkg_query(PACKAGES), "nvml": nvml,
                  "runtime_files": [{"item": "/etc/docker/daemon.json", "content": DAEMON},
                                    {"item": "/etc/containerd/config.toml", "failed": True, "msg": "not found"}],
                  "mig_instances": ""}
     fact = {"desired": copy.deepcopy(DESIRED), "installed": installed}
     for key, value in changes.items():
         section, _, name = key.partition("__")
-        fact[section][name] = value
+        fact[section][name] = parse_dpkg_query(value) if name == "packages" else value
     return fact
 
 
@@ -71,8 +74,9 @@ def test_converged_host_is_in_sync(nvml: dict[str, Any]) -> None:
 
 def test_hand_changed_packages_show_as_drift(nvml: dict[str, Any]) -> None:
     """The acceptance case: a package changed by hand on a host (NCCL downgraded, toolkit removed)."""
-    changed = PACKAGES.replace("libnccl2\t2.26.2-1+cuda12.8", "libnccl2\t2.21.5-1+cuda12.4").replace(
-        "nvidia-container-toolkit\t1.17.8-1\tii ", "nvidia-container-toolkit\t1.17.8-1\trc ")
+    changed = PACKAGES.replace("libnccl2\tamd64\t2.26.2-1+cuda12.8", "libnccl2\tamd64\t2.21.5-1+cuda12.4").replace(
+        "nvidia-container-toolkit\tamd64\t1.17.8-1\tinstall ok installed",
+        "nvidia-container-toolkit\tamd64\t1.17.8-1\tdeinstall ok config-files")
     result = drift.compare(_fact(nvml, installed__packages=changed))
     bad = {c: e["note"] for c, e in result.items() if not e["in_sync"]}
     assert bad == {"nccl": "no libnccl2 package at 2.26.2",
@@ -91,9 +95,10 @@ def test_driver_drift_by_package_version_and_nvml(nvml: dict[str, Any]) -> None:
 
 
 def test_fabric_manager_missing_or_mismatched_on_nvswitch(nvml: dict[str, Any]) -> None:
-    without = PACKAGES.replace("nvidia-fabricmanager-580\t580.159.04-1\tii \n", "")
+    without = PACKAGES.replace("nvidia-fabricmanager-580\tamd64\t580.159.04-1\tinstall ok installed\n", "")
     assert "CUDA fails with 802" in drift.compare(_fact(nvml, installed__packages=without))["fabric_manager"]["note"]
-    old = PACKAGES.replace("nvidia-fabricmanager-580\t580.159.04-1", "nvidia-fabricmanager-580\t580.95.05-1")
+    old = PACKAGES.replace("nvidia-fabricmanager-580\tamd64\t580.159.04-1",
+                           "nvidia-fabricmanager-580\tamd64\t580.95.05-1")
     assert drift.compare(_fact(nvml, installed__packages=old))["fabric_manager"]["note"] == (
         "nvidia-fabricmanager-580 differ from driver 580.159.04")
     plain = drift.compare(_fact(nvml, installed__packages=without, desired__nvswitch=False))
@@ -103,13 +108,13 @@ def test_fabric_manager_missing_or_mismatched_on_nvswitch(nvml: dict[str, Any]) 
     entry = drift.compare(_fact(nvml, installed__packages=newer, desired__driver_version=None))["fabric_manager"]
     assert entry["in_sync"] and entry["desired"]["version"] == "580.95.05"
     # the driver meta removed by hand: the rest of the set (nvidia-dkms) still says which version FM must match
-    partial = newer.replace("nvidia-driver-580-open\t580.95.05-0ubuntu1\thi \n", "")
+    partial = newer.replace("nvidia-driver-580-open\tamd64\t580.95.05-0ubuntu1\thold ok installed\n", "")
     result = drift.compare(_fact(nvml, installed__packages=partial, desired__driver_version=None))
     assert result["fabric_manager"]["in_sync"] and not result["driver"]["in_sync"]
 
 
 def test_kernel_without_headers_and_cuda_minor_change(nvml: dict[str, Any]) -> None:
-    packages = PACKAGES + "\nlinux-image-6.8.0-62-generic\t6.8.0-62.65\tii "
+    packages = PACKAGES + "\nlinux-image-6.8.0-62-generic\tamd64\t6.8.0-62.65\tinstall ok installed"
     result = drift.compare(_fact(nvml, installed__packages=packages, desired__cuda_version="12.9"))
     assert result["kernel"]["installed"]["without_headers"] == ["6.8.0-62-generic"]
     assert result["cuda"]["note"] == "cuda-toolkit-12-9 is not installed"
@@ -156,8 +161,9 @@ def test_fleet_drift_lists_drifted_components() -> None:
 def test_an_adopted_host_is_in_sync(nvml: dict[str, Any]) -> None:
     """The real H200 host (tests/data/real-h200/site-env.txt): driver 580.159.04 loaded from outside, no driver or
     Fabric Manager package, CUDA 13.0 as cuda-nvcc/cuda-cudart debs without cuda-toolkit-13-0."""
-    packages = "\n".join(["cuda-nvcc-13-0\t13.0.88-1\tii ", "cuda-cudart-13-0\t13.0.96-1\tii ",
-                          "libnccl2\t2.28.3-1+cuda13.0\thi "])
+    packages = "\n".join(["cuda-nvcc-13-0\tamd64\t13.0.88-1\tinstall ok installed",
+                          "cuda-cudart-13-0\tamd64\t13.0.96-1\tinstall ok installed",
+                          "libnccl2\tamd64\t2.28.3-1+cuda13.0\thold ok installed"])
     report = drift.compare(_fact(nvml, installed__packages=packages, desired__driver_version=None,
                                  desired__cuda_version="13.0", desired__cudnn_version=None,
                                  desired__nccl_version=None, desired__container_runtime="none"))
@@ -170,8 +176,9 @@ def test_an_adopted_host_is_in_sync(nvml: dict[str, Any]) -> None:
                                 desired__driver_version=None))
     assert not other["driver"]["in_sync"]
     # with python3-apt the roles install the packages, so their absence is drift (a fresh lab host)
-    managed = drift.compare(_fact(nvml, installed__packages=packages + "\npython3-apt\t2.6.0\tii ",
-                                  desired__driver_version=None, desired__cuda_version="13.0"))
+    with_apt = packages + "\npython3-apt\tamd64\t2.6.0\tinstall ok installed"
+    managed = drift.compare(_fact(nvml, installed__packages=with_apt, desired__driver_version=None,
+                                  desired__cuda_version="13.0"))
     assert not managed["driver"]["in_sync"] and not managed["cuda"]["in_sync"]
     assert not managed["fabric_manager"]["in_sync"]
 
@@ -192,7 +199,8 @@ def test_driver_packages_differ_from_the_loaded_module(nvml: dict[str, Any]) -> 
     broken = drift.compare(_fact(mismatch, installed__packages=upgraded, desired__driver_version=None))
     assert "loaded kernel module is 580.159.04" in broken["driver"]["note"]
     # the userland library alone counts as the set (meta and DKMS removed by hand)
-    library = "\n".join(["libnvidia-compute-580\t580.95.05-0ubuntu1\tii ", "python3-apt\t2.6.0\tii "])
+    library = "\n".join(["libnvidia-compute-580\tamd64\t580.95.05-0ubuntu1\tinstall ok installed",
+                         "python3-apt\tamd64\t2.6.0\tinstall ok installed"])
     lib = drift.compare(_fact(nvml, installed__packages=library, desired__driver_branch="auto",
                               desired__driver_version=None))["driver"]
     assert "installed driver packages are 580.95.05" in lib["note"]
@@ -207,8 +215,9 @@ def test_driver_set_is_one_constant_for_driver_and_fabric_manager(nvml: dict[str
     """Both entries read the set through drift.DRIVER_SET: the userland library alone still sets the version
     Fabric Manager must match, and the driver entry compares the same version with the loaded module."""
     assert drift.DRIVER_SET == ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
-    only_lib = "\n".join(["libnvidia-compute-580-server\t580.95.05-0ubuntu1\tii ",
-                          "nvidia-fabricmanager-580\t580.95.05-1\tii ", "python3-apt\t2.6.0\tii "])
+    only_lib = "\n".join(["libnvidia-compute-580-server\tamd64\t580.95.05-0ubuntu1\tinstall ok installed",
+                          "nvidia-fabricmanager-580\tamd64\t580.95.05-1\tinstall ok installed",
+                          "python3-apt\tamd64\t2.6.0\tinstall ok installed"])
     result = drift.compare(_fact(nvml, installed__packages=only_lib, desired__driver_version=None))
     assert result["fabric_manager"]["in_sync"] and result["fabric_manager"]["desired"]["version"] == "580.95.05"
     assert "installed driver packages are 580.95.05" in result["driver"]["note"]
