@@ -5,8 +5,8 @@
 The rules they apply are module_utils/health.py's and miglayout.py's, shared with gpuprov doctor. Python 3.8,
 stdlib only.
 
-:class:`HostSteps` is mixed into :class:`~ladder.Ladder`, which provides ``p``, ``nvml``, ``expected``, ``gpus``,
-``run``, ``smi``, ``tool_dirs``, ``proc_root``, ``systemd_dir`` and :meth:`~ladder.Ladder.available`.
+:class:`HostSteps` is mixed into :class:`~ladder.Ladder`; what its rungs read is
+:class:`~ladder_state.LadderState`'s.
 """
 
 
@@ -23,6 +23,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.health import (
     stopped_services,
 )
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_result import step
+from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_state import LadderState
 from ansible_collections.gpuprov.gpu.plugins.module_utils.miglayout import (
     desired_layout,
     layout_problems,
@@ -31,7 +32,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.miglayout import (
 )
 
 
-class HostSteps:
+class HostSteps(LadderState):
     """The rungs ``gpus`` to ``mig``; each returns a :func:`~ladder_result.step`."""
 
     def gpus_step(self):

@@ -4,8 +4,8 @@
 status between GPUs, an NCCL all-reduce through torch (with the bus-bandwidth threshold), a container with
 ``--gpus all`` and the DCGM diagnostic, and the parsers of those tools' output. Python 3.8, stdlib only.
 
-:class:`WorkloadSteps` is mixed into :class:`~ladder.Ladder`, which provides ``p``, ``gpus``, ``run``, ``smi``,
-``tool_dirs``, ``path`` and the helpers ``tool``, ``nvlink_active``, ``nvswitch`` and ``model``.
+:class:`WorkloadSteps` is mixed into :class:`~ladder.Ladder`; what its rungs read is
+:class:`~ladder_state.LadderState`'s.
 """
 
 
@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import norm_model
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_result import step
+from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_state import LadderState
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_tools import python_candidates
 
 #: ``nvidia-smi topo -p2p`` cell values (nvmlDeviceGetP2PStatus' NVML_P2P_STATUS_* under the CLI).
@@ -75,7 +77,7 @@ def busbw_threshold(model, linked_by_nvlink, thresholds):
     return None, None
 
 
-class WorkloadSteps:
+class WorkloadSteps(LadderState):
     """The rungs ``cuda_sample`` to ``dcgm_diag``; each returns a :func:`~ladder_result.step`."""
 
     def cuda_sample_step(self):
@@ -115,7 +117,7 @@ class WorkloadSteps:
             rc, out, err = self.run([self.smi, "topo", "-p2p", mode], 60)
             matrices[label] = parse_p2p_matrix(out) if rc == 0 else {"error": (err or out).strip()[-300:]}
         links = {str(g.get("index")): (g.get("nvlink") or {}).get("active_links") for g in self.gpus}
-        evidence = {"p2p": matrices, "nvlink_active_links": links}
+        evidence: dict[str, Any] = {"p2p": matrices, "nvlink_active_links": links}
         problems = []
         for label in ("read", "write"):
             bad = {k: v for k, v in matrices[label].items() if v != "OK"}
