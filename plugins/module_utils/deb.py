@@ -9,6 +9,8 @@ so it is on every Debian-family host. Kept free of AnsibleModule so unit tests c
 
 from __future__ import annotations
 
+from typing import Any
+
 #: dpkg-query output format (dpkg-query expands the \t and \n escapes itself): one tab-separated line per
 #: package. ``${Status}`` is dpkg's three-word status ("<want> <eflag> <status>", e.g. "hold ok installed"),
 #: present in every dpkg version.
@@ -72,7 +74,7 @@ def missing_names(names, packages):
     return [n for n in names if not is_pattern(n) and (packages.get(n) or {}).get("status") != "installed"]
 
 
-def installed_versions(packages):
+def installed_versions(packages: dict[str, dict[str, Any]]) -> dict[str, str]:
     """``{name: entry}`` of :func:`parse_dpkg_query` -> ``{name: version}`` of the installed packages (held or not)."""
     return {name: entry["version"] for name, entry in packages.items() if entry["status"] == "installed"}
 
@@ -81,7 +83,7 @@ def as_package_facts(packages):
     """``ansible_facts['packages']`` in package_facts' shape (installed packages only):
     ``{name: [{"name", "version", "arch", "source": "dpkg"}]}``; a foreign-architecture package keyed
     ``name:arch`` is listed under its bare name next to the native one, as package_facts does."""
-    facts = {}
+    facts: dict[str, list[dict[str, str]]] = {}
     for key, entry in sorted(packages.items()):
         if entry["status"] != "installed":
             continue

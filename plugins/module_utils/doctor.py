@@ -33,6 +33,9 @@ PCIe, BAR and lost-GPU rules come from module_utils/findings.py's ``evaluate``, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_driver import check_bus_and_driver
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_fleet import (
     check_fleet_rules,
@@ -93,7 +96,8 @@ def _link_settings(facts):
     return out
 
 
-def diagnose(facts, findings_evaluate=None):
+def diagnose(facts: dict[str, Any] | None, findings_evaluate: Callable[..., list[dict[str, Any]]] | None = None,
+             ) -> list[dict[str, Any]]:
     """Return the diagnoses for one host's ``facts`` (see the module docstring), sorted by severity and id."""
     facts = facts or {}
     out = Diagnoses()
@@ -112,7 +116,7 @@ def diagnose(facts, findings_evaluate=None):
     return sorted(out.items, key=lambda d: (rank.get(d["severity"], 9), d["id"], str(d["subject"])))
 
 
-def problems(diagnoses):
+def problems(diagnoses: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The diagnoses that make doctor exit 1: severity fail or warn."""
     return [d for d in diagnoses or [] if d["severity"] in ("fail", "warn")]
 

@@ -65,7 +65,7 @@ def check_mig_layout(facts, out):
         return
     modes = {g.get("index"): (g.get("mig") or {}).get("current") for g in usable_gpus(nvml)}
     desired, problem = desired_layout(layout, expected.get("mig_layouts"), list(modes))
-    found = [problem] if desired is None else layout_problems(
+    found = [str(problem)] if desired is None else layout_problems(
         desired, modes, parse_mig_instances(facts.get("mig_instances") or ""))
     if found:
         out.add("mig_layout", "fail", "mig", "; ".join(found),

@@ -17,6 +17,8 @@ hardware Xids). This file holds the settings, runs the groups in order and words
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.gpuprov.gpu.plugins.module_utils.findings_bars import check_bars
 from ansible_collections.gpuprov.gpu.plugins.module_utils.findings_capacity import check_capacity
 from ansible_collections.gpuprov.gpu.plugins.module_utils.findings_firmware import check_firmware
@@ -26,7 +28,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.findings_pcie import c
 SEVERITIES = ("fail", "warn", "info")
 
 #: Thresholds and the driver plan; the role fills them from the fleet's ``bios_check`` and ``driver`` settings.
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "min_ram_gb": 64,
     # Assumption: a dual-socket server with two 350 W CPUs (Xeon 8480+, EPYC 9654 class), plus board margin.
     "cpu_tdp_watts": 700,

@@ -7,6 +7,8 @@ Python 3.8, no Ansible; :func:`~findings.evaluate` calls :func:`check_inventory`
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matches, norm_bus, usable_gpus
 
 #: Xids that mean hardware or firmware trouble, not an install problem (NVIDIA Xid catalogue).
@@ -58,7 +60,7 @@ def check_lost(out, platform, gpus, previous):
     uuids.update(
         {norm_bus(g.get("pci_bus_id_sysfs")): g.get("uuid") for g in (gpus or {}).get("gpus") or [] if g.get("uuid")}
     )
-    per_bus = {}
+    per_bus: dict[str, dict[str, Any]] = {}
 
     def note(bus, lost, text):
         entry = per_bus.setdefault(bus, {"lost": False, "evidence": []})

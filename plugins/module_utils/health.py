@@ -159,7 +159,8 @@ def service_states(run, systemd_dir="/run/systemd/system"):
     rc, out = run(["systemctl", "show", "--no-pager", "--property=" + ",".join(_SHOW), *units])
     if rc != 0:
         return None
-    states, unit = {}, {}
+    states: dict[str, dict[str, str | None]] = {}
+    unit: dict[str, str] = {}
     for line in [*out.splitlines(), ""]:
         if not line.strip():
             if unit.get("Id"):

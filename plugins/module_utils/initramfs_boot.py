@@ -17,7 +17,7 @@ UKI_DIRS = ("efi/EFI/Linux", "EFI/Linux")
 
 def boot_entry_images(boot_dir):
     """Map kernel version -> initrd paths referenced by grub.cfg or Boot Loader Spec entries."""
-    refs = {}
+    refs: dict[str, list[str]] = {}
     sources = [os.path.join(boot_dir, "grub", "grub.cfg"), os.path.join(boot_dir, "grub2", "grub.cfg")]
     sources += sorted(glob.glob(os.path.join(boot_dir, "loader", "entries", "*.conf")))
     for source in sources:

@@ -36,7 +36,7 @@ def candidate_paths(path):
 def resolve_in_root(root, rel):
     """Resolve rel inside an unpacked image like a chroot would; None unless it ends at a regular file."""
     parts = [p for p in rel.split("/") if p and p != "."]
-    current = []
+    current: list[str] = []
     links = 0
     while parts:
         part = parts.pop(0)
@@ -120,7 +120,7 @@ class ImageReader:
             name = module_name_of(os.path.basename(entry))
             if name in wanted:
                 in_image[wanted[name]] = True
-        contents = {}
+        contents: dict[str, bytes | None] = {}
         for path in paths:
             contents[path] = None
             for rel in candidate_paths(path):

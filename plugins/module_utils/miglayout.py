@@ -16,6 +16,7 @@ gpuprov-mig.service does with ``nvidia-smi mig -cgi``.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 #: One GPU instance row of ``nvidia-smi mig -lgi``: ``|   0  MIG 1g.10gb     19     7    0:1     |``
 _MIG_LINE = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+\d+\s+\d+\s+\d+:\d+\s+\|")
@@ -37,14 +38,14 @@ def creation_order(devices):
     return [name for name in sorted(devices, key=key) for _ in range(int(devices[name]))]
 
 
-def unset(value):
+def unset(value: Any) -> bool:
     """True for a layout name that means "not managed": null, empty, or the string Ansible renders for None."""
     return value in (None, "", "None", "none", "null")
 
 
-def parse_mig_instances(text):
+def parse_mig_instances(text: str | None) -> dict[int, dict[str, int]]:
     """``nvidia-smi mig -lgi`` output -> ``{gpu index: {profile name: instances}}``."""
-    out = {}
+    out: dict[int, dict[str, int]] = {}
     for line in (text or "").splitlines():
         match = _MIG_LINE.match(line.strip())
         if match:
@@ -53,7 +54,8 @@ def parse_mig_instances(text):
     return out
 
 
-def desired_layout(layout, layouts, indexes):
+def desired_layout(layout: Any, layouts: dict[str, Any] | None,
+                   indexes: list[Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The per-GPU state ``layout`` asks for on GPUs ``indexes``: ``({"<index>": {mig_enabled, mig_devices}},
     None)``, or ``(None, problem)`` when the name is not in ``layouts``."""
     entries = (layouts or {}).get(layout)
@@ -68,7 +70,8 @@ def desired_layout(layout, layouts, indexes):
     return desired, None
 
 
-def layout_problems(desired, modes, instances):
+def layout_problems(desired: dict[str, Any], modes: dict[Any, Any],
+                    instances: dict[int, dict[str, int]]) -> list[str]:
     """Sentences for each GPU whose MIG mode or instances differ from ``desired`` (:func:`desired_layout`);
     ``modes``: ``{index: current MIG mode}``; ``instances``: :func:`parse_mig_instances`' result."""
     problems = []

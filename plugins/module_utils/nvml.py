@@ -119,7 +119,7 @@ def _system(nv: Any, facts: dict[str, Any]) -> None:
 
 
 def _cuda_arch_bin(gpus: list[dict[str, Any]]) -> str | None:
-    found = {gpu.get("compute_capability") for gpu in gpus} - {None}
+    found = {str(cc) for cc in (gpu.get("compute_capability") for gpu in gpus) if cc is not None}
     if not found:
         return None
     return ",".join(sorted(found, key=lambda cc: tuple(int(part) for part in cc.split("."))))

@@ -65,8 +65,11 @@ def read_fabric(gpu: GpuReader) -> None:
     registration (``NVML_SUCCESS`` or an ``NVML_ERROR_*`` name); None when the GPU or driver does not report it."""
     nv = gpu.nv
     struct = getattr(nv, "c_nvmlGpuFabricInfo_t", None)
-    info = struct() if struct is not None else None
-    done = gpu.call("fabric", "nvmlDeviceGetGpuFabricInfo", ctypes.byref(info)) if info is not None else None
+    if struct is None:  # a pynvml older than the fabric API
+        gpu.entry["fabric"] = None
+        return
+    info = struct()
+    done = gpu.call("fabric", "nvmlDeviceGetGpuFabricInfo", ctypes.byref(info))
     state = None if done is None else FABRIC_STATES.get(int(info.state), str(info.state))
     if state in (None, "not_supported"):
         gpu.entry["fabric"] = None

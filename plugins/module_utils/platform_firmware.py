@@ -19,7 +19,7 @@ def boot_mode(sysfs_root, proc_root):
     if os.path.isdir(efi):
         return {"mode": "uefi", "evidence": f"{efi} exists"}
     cpuinfo = read_file(os.path.join(proc_root, "cpuinfo")) or ""
-    flags = set()
+    flags: set[str] = set()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags.update(line.split(":", 1)[-1].split())

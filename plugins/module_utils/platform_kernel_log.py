@@ -36,10 +36,10 @@ def scan_kernel_log(text):
             event = {"kind": "xid", "bus_id": bus, "xid": int(xid.group(3))}
             if "fallen off the bus" in line.lower():
                 event["fallen_off_bus"] = True
-        elif _FALLEN.search(line):
-            event = {"kind": "fallen_off_bus", "bus_id": norm_bus(_FALLEN.search(line).group(1)), "xid": None}
-        elif _RMINIT.search(line):
-            event = {"kind": "rm_init_failed", "bus_id": norm_bus(_RMINIT.search(line).group(1)), "xid": None}
+        elif fallen := _FALLEN.search(line):
+            event = {"kind": "fallen_off_bus", "bus_id": norm_bus(fallen.group(1)), "xid": None}
+        elif rm_init := _RMINIT.search(line):
+            event = {"kind": "rm_init_failed", "bus_id": norm_bus(rm_init.group(1)), "xid": None}
         elif _INVALID.search(line):
             # the bus id follows on one of the next lines ("BAR1 is 0M @ 0x0 (PCI:0000:01:00.0)")
             match = _ANY_BUS.search(" ".join([line, *lines[number + 1 : number + 4]]))

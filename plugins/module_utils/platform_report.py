@@ -9,6 +9,7 @@ NVIDIA daemons running and the stack's systemd units (module_utils/health.py). P
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils.health import running_daemons, service_states
 from ansible_collections.gpuprov.gpu.plugins.module_utils.platform_capacity import disks, ram
@@ -18,8 +19,9 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.platform_pci import io
 from ansible_collections.gpuprov.gpu.plugins.module_utils.platform_read import read_file, run_command
 
 
-def collect(sysfs_root="/sys", proc_root="/proc", kernel_log_path=None, lspci_path=None, use_commands=None,
-            daemons=False, services=False):
+def collect(sysfs_root: str = "/sys", proc_root: str = "/proc", kernel_log_path: str | None = None,
+            lspci_path: str | None = None, use_commands: bool | None = None, daemons: bool = False,
+            services: bool = False) -> dict[str, Any]:
     """The whole report; pure except for the optional commands, so tests call it on fake trees."""
     commands = use_commands if use_commands is not None else os.path.realpath(sysfs_root) == "/sys"
     lspci_text = read_file(lspci_path) if lspci_path else None

@@ -100,7 +100,7 @@ def parse_cpulist(text):
     text = (text or "").strip()
     if not CPULIST.match(text):
         raise ValueError(f"not a CPU list: {text!r}")
-    cpus = []
+    cpus: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
         first, last = int(lo), int(hi or lo)
@@ -112,7 +112,7 @@ def parse_cpulist(text):
 
 def format_cpulist(cpus):
     """``[0, 1, 2, 3, 8]`` -> ``'0-3,8'`` (the kernel's and systemd's notation)."""
-    parts = []
+    parts: list[list[int]] = []
     for cpu in sorted(set(cpus)):
         if parts and cpu == parts[-1][1] + 1:
             parts[-1][1] = cpu

@@ -324,10 +324,10 @@ def main():
     if dkms_bin:
         _rc, out, _err = module.run_command([dkms_bin, "status"])
         dkms_entries = parse_dkms_status(out)
-    dkms_versions = {}
+    found_versions: dict[str, set[str]] = {}
     for entry in dkms_entries:
-        dkms_versions.setdefault(entry["module"], set()).add(entry["version"])
-    dkms_versions = {k: sorted(v, key=version_key) for k, v in dkms_versions.items()}
+        found_versions.setdefault(entry["module"], set()).add(entry["version"])
+    dkms_versions = {k: sorted(v, key=version_key) for k, v in found_versions.items()}
 
     modinfo_bin = module.get_bin_path("modinfo")
 
