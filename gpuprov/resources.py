@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +81,15 @@ def cache_dir() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "gpuprov"
 
 
-def state_dir() -> Path:
-    """Return gpuprov's state directory: ``$GPUPROV_STATE_DIR``, else ``$XDG_STATE_HOME/gpuprov``,
-    else ``~/.local/state/gpuprov``. It is not created here."""
-    explicit = os.environ.get("GPUPROV_STATE_DIR")
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Return gpuprov's state directory, absolute: ``$GPUPROV_STATE_DIR``, else ``$XDG_STATE_HOME/gpuprov``,
+    else ``~/.local/state/gpuprov`` (``environ``: the environment to read, default ``os.environ``). A relative
+    setting is taken from the current directory here, once: ansible-runner runs in the run directory, where a
+    relative inventory path would name nothing. It is not created here."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("GPUPROV_STATE_DIR")
     if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
+        return Path(explicit).expanduser().absolute()
+    xdg = env.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-    return base / "gpuprov"
+    return (base / "gpuprov").absolute()

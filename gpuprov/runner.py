@@ -174,7 +174,8 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
     appear when the stats name them).
 
     Raises:
-        PlaybookError: ansible-playbook ended with an error before any host ran a task.
+        PlaybookError: ansible-playbook ended with an error before any host ran a task, or its plays matched
+            no host of the inventory.
         Interrupted: SIGINT or SIGTERM came during the run (exit code 130 or 143); ansible-playbook and
             every process it started have been ended.
     """
@@ -190,17 +191,22 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
     settings.parent.mkdir(mode=0o700, exist_ok=True)
     settings.write_text(json.dumps({"pexpect_timeout": 1}), encoding="utf-8")
 
+    unmatched: list[str] = []  # plays whose host pattern matched no host of the inventory
+
     def handle_event(event: dict[str, Any]) -> bool:
         stop.watch(event)
+        if event.get("event") == "playbook_on_no_hosts_matched":
+            unmatched.append(str((event.get("event_data") or {}).get("play") or "?"))
         return collector(event)
 
     stop.install()
     try:
         runner = ansible_runner.run(
-            private_data_dir=str(request.run_dir),
+            # absolute: ansible-playbook runs in the run directory, where relative paths would name nothing
+            private_data_dir=str(request.run_dir.absolute()),
             ident=ident,
-            playbook=str(request.playbook),
-            inventory=str(request.inventory),
+            playbook=str(request.playbook.absolute()),
+            inventory=str(request.inventory.absolute()),
             envvars={**run_env(), **request.env},
             extravars=request.extravars or None,
             cmdline=cmdline or None,
@@ -233,6 +239,14 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
         raise PlaybookError(
             f"ansible-playbook could not run {request.playbook.name} (rc={runner.rc}, status={runner.status})"
             + ("".join(f"\n  {line}" for line in tail)) + f"\nrun record: {request.run_dir}"
+        )
+    if unmatched and not any(stats.get(key) for key in ("ok", "changed", "failures", "dark", "skipped")):
+        # every gpuprov play targets the inventory's hosts: none matched means the inventory gave Ansible no
+        # host (unreadable or empty), never "nothing to do"
+        raise PlaybookError(
+            f"ansible-playbook ran {request.playbook.name} on no host: play {unmatched[0]!r} matched no host of the "
+            f"inventory {request.inventory.absolute()} - check that it lists the hosts (gpuprov render FILE -o DIR "
+            f"shows what gpuprov writes)\nrun record: {request.run_dir}"
         )
     collector.add_stats(stats)
     return RunResult(

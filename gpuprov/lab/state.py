@@ -18,6 +18,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from gpuprov import resources
 from gpuprov.exceptions import ConfigError
 
 KEY_COMMENT = "gpuprov-lab"
@@ -37,10 +38,8 @@ class LabHost:
 
 
 def state_dir(environ: dict[str, str] | None = None) -> Path:
-    """``$GPUPROV_STATE_DIR/lab``, or ``~/.local/state/gpuprov/lab`` (not created)."""
-    env = os.environ if environ is None else environ
-    base = env.get("GPUPROV_STATE_DIR")
-    return (Path(base).expanduser() if base else Path.home() / ".local" / "state" / "gpuprov") / "lab"
+    """``lab/`` in gpuprov's state directory (:func:`gpuprov.resources.state_dir`; not created)."""
+    return resources.state_dir(environ) / "lab"
 
 
 def ensure_state_dir(path: Path | None = None) -> Path:

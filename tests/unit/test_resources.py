@@ -30,6 +30,13 @@ def test_state_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert resources.state_dir() == tmp_path / "x" / "gpuprov"
 
 
+def test_a_relative_state_dir_is_made_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUPROV_STATE_DIR", "relstate")
+    assert resources.state_dir() == tmp_path / "relstate"
+    assert resources.state_dir({"GPUPROV_STATE_DIR": "a/b"}) == tmp_path / "a" / "b"
+
+
 def test_cache_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from gpuprov.lab.images import cache_dir as debootstrap_cache
     from gpuprov.lab.mocknvml.smi import cache_dir as smi_cache

@@ -16,7 +16,7 @@ import yaml
 
 from gpuprov.accounting import EventCollector
 from gpuprov.exceptions import ConfigError
-from gpuprov.runner import RunRequest, exit_code, new_run_dir, parse_extravars, run_playbook
+from gpuprov.runner import PlaybookError, RunRequest, exit_code, new_run_dir, parse_extravars, run_playbook
 
 PLAY = [
     {
@@ -238,3 +238,23 @@ def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code:
     # the run record still holds no environment values
     record = json.loads((request.run_dir / "artifacts" / request.run_dir.name / "command").read_text())
     assert isinstance(record["env"], list)
+
+
+def test_relative_paths_reach_the_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative run directory and inventory (a relative GPUPROV_STATE_DIR) still name the hosts:
+    ansible-playbook runs in the run directory, so gpuprov hands ansible-runner absolute paths."""
+    request = _request(tmp_path, {"good": _host(tmp_path, "good")})
+    monkeypatch.chdir(tmp_path)
+    relative = RunRequest(inventory=request.inventory.relative_to(tmp_path),
+                          playbook=request.playbook.relative_to(tmp_path),
+                          run_dir=request.run_dir.relative_to(tmp_path))
+    result = run_playbook(relative)
+    assert result.hosts["good"].changed == 1
+    assert (tmp_path / "good.marker").read_text() == "x\n"
+
+
+def test_a_run_that_matches_no_host_is_an_error_not_success(tmp_path: Path) -> None:
+    request = _request(tmp_path, {})
+    with pytest.raises(PlaybookError, match=r"on no host: play 'Probe' matched no host of the inventory") as raised:
+        run_playbook(request)
+    assert raised.value.exit_code == 2
