@@ -65,3 +65,27 @@ def test_module_documentation_is_yaml_ansible_doc_reads(path: Path) -> None:
     assert parsed["DOCUMENTATION"]["module"] == path.stem
     for option, spec in (parsed["DOCUMENTATION"].get("options") or {}).items():
         assert spec.get("description"), f"{_name(path)}: option {option} has no description"
+
+
+def _filter_names() -> dict[str, Path]:
+    """Every filter the collection's filter plugins return from ``FilterModule.filters``, by its file."""
+    import importlib
+
+    found = {}
+    for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
+        module = importlib.import_module(f"ansible_collections.gpuprov.gpu.plugins.filter.{path.stem}")
+        found.update(dict.fromkeys(module.FilterModule().filters(), path))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(_filter_names()))
+def test_every_filter_is_documented(name: str) -> None:
+    """ansible-doc reads a filter's documentation from ``plugins/filter/<filter>.yml``; it names the filter and
+    describes its input, and its example uses the filter by its full name."""
+    path = ROOT / "plugins" / "filter" / f"{name}.yml"
+    assert path.is_file(), f"{name}: no {path.relative_to(ROOT)}"
+    docs = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert docs["DOCUMENTATION"]["name"] == name
+    assert docs["DOCUMENTATION"]["options"]["_input"]["description"]
+    assert f"gpuprov.gpu.{name}" in docs["EXAMPLES"]
+    assert docs["RETURN"]["_value"]["type"]
