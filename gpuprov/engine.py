@@ -228,6 +228,8 @@ def execute(options: ApplyOptions, console: Console) -> int:
         limit=options.limit, extravars=extravars, forks=options.forks, verbosity=options.verbosity,
     )
     mode = "check" if options.check else "apply"
+    for warning in fleet.warnings:
+        console.print(f"warning: {warning}", markup=False, highlight=False)
     console.print(f"gpuprov {mode}: {label} on {options.fleet} (run record: {run_dir})")
     result = run_playbook(request, on_event=ProgressPrinter(console))
     code = exit_code(result, options.check)

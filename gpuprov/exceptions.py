@@ -14,6 +14,8 @@ Exit codes (documented in README.md, modelled on black's ``--check``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 EXIT_OK = 0
 EXIT_DRIFT = 1
 EXIT_USAGE = 2
@@ -45,7 +47,7 @@ class FleetValidationError(ConfigError):
     Each problem is a :class:`gpuprov.fleet.Problem` (file, line, field path, problem, fix).
     """
 
-    def __init__(self, problems: list[object]) -> None:
+    def __init__(self, problems: Sequence[object]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
 

@@ -11,6 +11,7 @@ match a requested version on ``major.minor``. Malformed data raises :class:`Matr
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 from dataclasses import dataclass, field
@@ -121,14 +122,38 @@ class GpuModel:
     source: str
 
 
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+#: How the driver branch kinds read in messages (NVIDIA's terms).
+BRANCH_KIND_NAMES = {"ltsb": "long-term support branch", "production": "production branch",
+                     "feature": "new feature branch"}
+
+
 @dataclass(frozen=True)
 class DriverBranch:
-    """A driver branch and its kind (``ltsb``, ``production`` or ``feature``)."""
+    """A driver branch, its kind (``ltsb``, ``production`` or ``feature``) and the month NVIDIA ends its support
+    (``eol``, ``"YYYY-MM"``, or ``None`` where no date is published)."""
 
     branch: str
     kind: str
     verified: bool
     source: str
+    eol: str | None = None
+
+    def ended(self, today: dt.date) -> bool:
+        """Whether support ended before ``today``: the branch gets fixes through its end-of-life month."""
+        if self.eol is None:
+            return False
+        year, month = (int(part) for part in self.eol.split("-"))
+        return (today.year, today.month) > (year, month)
+
+    def eol_text(self) -> str:
+        """``"June 2026"`` (``eol`` as NVIDIA's table writes it), or ``"no published date"``."""
+        if self.eol is None:
+            return "no published date"
+        year, month = self.eol.split("-")
+        return f"{_MONTHS[int(month) - 1]} {year}"
 
 
 @dataclass(frozen=True)
@@ -327,7 +352,8 @@ def _build(raw: dict[str, Any]) -> Matrix:
         mig=mig_geometries(raw["mig"], {g.model for g in gpus.values() if g.mig}),
         minor_compat_floor={str(k): str(v) for k, v in raw["minor_compat_floor"].items()},
         branches={
-            row["branch"]: DriverBranch(row["branch"], row["kind"], bool(row["verified"]), row["source"])
+            row["branch"]: DriverBranch(row["branch"], row["kind"], bool(row["verified"]), row["source"],
+                                        str(row["eol"]) if row.get("eol") else None)
             for row in raw["driver_branches"]
         },
         open_first_branch=str(raw["open_modules"]["first_branch"]),

@@ -66,13 +66,14 @@ def tables(m: Matrix, sections: tuple[str, ...]) -> list[Table]:
         out.append(t)
     if "driver_branches" in sections:
         t = Table(title="Driver branches", title_justify="left")
-        for col in ("branch", "kind", "open modules", "verified"):
+        for col in ("branch", "kind", "end of life", "open modules", "verified"):
             t.add_column(col)
         for branch in m.branches.values():
             number = int(branch.branch)
             open_modules = "default" if number >= int(m.open_default_branch) else (
                 "yes" if number >= int(m.open_first_branch) else "no")
-            t.add_row(branch.branch, branch.kind, open_modules, _yes(branch.verified))
+            t.add_row(branch.branch, branch.kind, branch.eol_text() if branch.eol else "-", open_modules,
+                      _yes(branch.verified))
         out.append(t)
     if "mig" in sections:
         t = Table(title="MIG profiles: compute slices / memory slices, most instances per GPU", title_justify="left")

@@ -1,7 +1,9 @@
 """``gpuprov validate FILE``: check a fleet file and print every problem, or a short summary.
 
 Problems go to stdout, one per line, as ``FILE:LINE: path.to.field: problem - fix`` (exit 2); a valid
-file prints hosts, groups and each host's resolved choices (exit 0). Never a traceback. The SSH key and
+file prints hosts, groups and each host's resolved choices (exit 0). Warnings (a driver branch past NVIDIA's
+end of life) print as ``warning: FILE:LINE: ...`` and leave the file valid, or count as problems with
+``--strict``. Never a traceback. The SSH key and
 known_hosts files the fleet names are checked on this machine unless ``--no-file-checks`` (CI).
 """
 
@@ -66,20 +68,26 @@ def report_problems(exc: FleetValidationError, display: str) -> ConfigError:
 @click.command("validate")
 @click.argument("fleet_file", metavar="FILE", type=click.Path(path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the file is valid.")
+@click.option("--strict", is_flag=True,
+              help="Count warnings (a driver branch past NVIDIA's end of life) as problems: exit 2.")
 @click.option("--no-file-checks", is_flag=True,
               help="Skip the check that the SSH key and known_hosts files the fleet names exist on this machine "
                    "(CI, or any machine that is not the controller); their paths must still be absolute or ~/.")
-def command(fleet_file: Path, quiet: bool, no_file_checks: bool) -> None:
+def command(fleet_file: Path, quiet: bool, strict: bool, no_file_checks: bool) -> None:
     """Validate the fleet FILE and report every problem at once (exit 2), or a summary (exit 0).
 
     Besides the schema and the compatibility matrix, the SSH private keys and the known_hosts file the fleet
     names must exist on this machine, unless --no-file-checks (which keeps the rule that their paths are
-    absolute or start with ~/).
+    absolute or start with ~/). Warnings print even with --quiet; --strict makes them problems.
     """
     try:
         fleet = load_fleet(fleet_file, check_files=not no_file_checks)
     except FleetValidationError as exc:
         raise report_problems(exc, str(fleet_file)) from None
+    if strict and fleet.warnings:
+        raise report_problems(FleetValidationError(fleet.warnings), str(fleet_file))
     if not quiet:
         for line in summary(fleet, str(fleet_file)):
             click.echo(line)
+    for warning in fleet.warnings:
+        click.echo(f"warning: {warning}")

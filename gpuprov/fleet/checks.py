@@ -8,12 +8,13 @@ into the settings and recorded as :class:`~gpuprov.fleet.model.Resolution` with 
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.hostcheck import HostCheck
 from gpuprov.fleet.mig import check_mig
-from gpuprov.matrix import GpuModel, Matrix, branch_of, version_key
+from gpuprov.matrix import BRANCH_KIND_NAMES, GpuModel, Matrix, branch_of, version_key
 from gpuprov.resources import role_defaults
 
 _LONG_LIVED = ("ltsb", "production")
@@ -40,6 +41,7 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
     if branch is None or branch not in matrix.branches:
         return
     _check_branch(ctx, settings, matrix, gpu, branch)
+    _check_lifecycle(ctx, settings, matrix, gpu, branch, cuda_ok)
     _check_libraries(ctx, settings, matrix, branch, cuda_ok)
     if gpu is not None:
         _check_flavour(ctx, settings, matrix, gpu, branch)
@@ -146,7 +148,14 @@ def _resolve_branch(
     return str(branch)
 
 
-def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool) -> tuple[str, str] | None:
+def today() -> dt.date:
+    """The date end-of-life dates are compared with (a function, so tests can set the day)."""
+    return dt.date.today()
+
+
+def _fitting_branches(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool) -> list[str]:
+    """The branches that fit the host (published for its OS and method, support its GPU, run its CUDA and
+    cuDNN build), newest first."""
     os_name, method = s["os"], s["driver"]["method"]
     cuda = s["cuda"]["version"] if cuda_ok else None
     cuda_rel = m.cuda_release(cuda) if cuda else None
@@ -163,15 +172,29 @@ def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bo
         if build is not None and number < int(branch_of(build.min_driver)):
             continue
         fits.append(branch)
-    preferred = [b for b in fits if m.branches[b].kind in _LONG_LIVED]
-    if not fits:
+    return fits
+
+
+def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool) -> tuple[str, str] | None:
+    """The newest fitting branch (:func:`_fitting_branches`) of the first kind that has one: long-lived with
+    a published end of life still ahead, long-lived not past its end of life, any not past it, any; with the
+    reason."""
+    fits = _fitting_branches(m, s, gpu, cuda_ok)
+    day = today()
+    current = [b for b in fits if not m.branches[b].ended(day)]
+    dated = [b for b in current if m.branches[b].eol]
+    long_lived = [b for b in current if m.branches[b].kind in _LONG_LIVED]
+    branch = next(iter([b for b in dated if b in long_lived] or long_lived or current or fits), None)
+    if branch is None:
         return None
-    branch = (preferred or fits)[0]
+    os_name, method, cuda = s["os"], s["driver"]["method"], s["cuda"]["version"]
     reason = f"newest {m.branches[branch].kind} branch {method} offers on {os_name}"
     if gpu is not None:
         reason += f" that supports {gpu.model}"
-    if cuda_rel is not None:
+    if cuda_ok and cuda and m.cuda_release(cuda) is not None:
         reason += f" and runs CUDA {cuda} with full compatibility"
+    if m.branches[branch].eol:
+        reason += f" (NVIDIA supports it to {m.branches[branch].eol_text()})"
     return branch, reason
 
 
@@ -188,6 +211,29 @@ def _check_branch(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | 
         offered = entry.cuda_repo_branches if method == "cuda-repo" else entry.distro_branches or ()
         ctx.fail(("driver", "branch"), f"driver branch {branch} is not published for {os_name} (method {method})",
                  f"use one of {', '.join(offered)} on {os_name}")
+
+
+def _check_lifecycle(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None, branch: str,
+                     cuda_ok: bool) -> None:
+    """A branch past NVIDIA's end of life gets no fixes, security fixes included: a warning naming the branch
+    that replaces it on this host (the one ``auto`` would pick)."""
+    entry, day = m.branches[branch], today()
+    if not entry.ended(day):
+        return
+    # the replacement must have a published end of life still ahead: NVIDIA's current support table lists it
+    supported = [b for b in _fitting_branches(m, s, gpu, cuda_ok) if m.branches[b].eol and not m.branches[b].ended(day)]
+    long_lived = [b for b in supported if m.branches[b].kind in _LONG_LIVED]
+    if supported:
+        new = m.branches[(long_lived or supported)[0]]
+        fix = (f'move to driver.branch "{new.branch}" ({BRANCH_KIND_NAMES[new.kind]}, supported to '
+               f"{new.eol_text()})")
+    else:
+        fix = (f"no branch NVIDIA still supports fits this host ({s['os']}, method {s['driver']['method']}, its GPU "
+               "and CUDA): a newer OS or method cuda-repo carries newer branches (`gpuprov matrix --section os`, "
+               "`--section driver_branches`)")
+    ctx.warn(("driver", "branch"),
+             f"driver branch {branch} ({BRANCH_KIND_NAMES[entry.kind]}) reached end of life in {entry.eol_text()}: "
+             "NVIDIA publishes no more fixes for it, security fixes included", fix)
 
 
 def _check_libraries(ctx: HostCheck, s: dict[str, Any], m: Matrix, branch: str, cuda_ok: bool) -> None:

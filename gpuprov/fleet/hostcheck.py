@@ -1,5 +1,5 @@
-"""One host's checks in progress: where its problems are reported, and what the checks found (resolved
-settings, notes, how its MIG layouts fit its GPUs). Shared by the host checks (:mod:`gpuprov.fleet.checks`,
+"""One host's checks in progress: where its problems and warnings are reported, and what the checks found
+(resolved settings, notes, how its MIG layouts fit its GPUs). Shared by the host checks (:mod:`gpuprov.fleet.checks`,
 :mod:`gpuprov.fleet.mig`) and the validator that runs them."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class HostCheck:
     origins: dict[Path_, Path_]
     line_of: Callable[[Path_], int]
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
     resolutions: list[Resolution] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     mig_fits: list[LayoutFit] = field(default_factory=list)
@@ -50,6 +51,14 @@ class HostCheck:
 
     def fail(self, sub: Path_, problem: str, fix: str, *, anchor: Path_ | None = None) -> None:
         """Report ``problem`` for settings path ``sub``; with ``anchor``, on the line of that field's layer."""
+        self.problems.append(self._problem(sub, problem, fix, anchor))
+
+    def warn(self, sub: Path_, problem: str, fix: str) -> None:
+        """Report ``problem`` for settings path ``sub`` as a warning: the file stays valid (an error with
+        ``gpuprov validate --strict``)."""
+        self.warnings.append(self._problem(sub, problem, fix, None))
+
+    def _problem(self, sub: Path_, problem: str, fix: str, anchor: Path_ | None) -> Problem:
         if anchor is not None and origin_of(self.origins, anchor) is not None:
             origin = origin_of(self.origins, anchor)
             assert origin is not None
@@ -59,7 +68,7 @@ class HostCheck:
             path, line = self._where(sub)
         if path[:2] != ("hosts", self.name):
             problem = f"host {self.name}: {problem}"
-        self.problems.append(Problem(self.file, line, format_path(path), problem, fix))
+        return Problem(self.file, line, format_path(path), problem, fix)
 
     def resolve(self, settings: dict[str, Any], sub: Path_, value: Any, reason: str) -> None:
         """Set settings path ``sub`` to ``value`` and record why."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuprov.fleet.problem import Problem
+
 
 @dataclass(frozen=True)
 class Connection:
@@ -43,7 +45,8 @@ class Host:
 
     ``groups`` is in precedence order (later wins); ``layer`` holds the host's own settings as written
     (normalised); ``settings`` the effective settings (merged, defaults applied, ``auto`` resolved);
-    ``resolutions`` what was resolved and why; ``notes`` advisories that are not errors.
+    ``resolutions`` what was resolved and why; ``notes`` advisories that are not errors; ``warnings`` problems
+    that leave the file valid (an end-of-life driver branch), each at its file line.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Host:
     resolutions: tuple[Resolution, ...] = ()
     notes: tuple[str, ...] = ()
     description: str | None = None
+    warnings: tuple[Problem, ...] = ()
 
 
 @dataclass
@@ -73,6 +77,11 @@ class Fleet:
     settings: dict[str, Any]
     groups: dict[str, dict[str, Any]]
     hosts: dict[str, Host] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[Problem]:
+        """Every host's warnings, by file line, each once (hosts sharing a group setting share its line)."""
+        return sorted({w for host in self.hosts.values() for w in host.warnings})
 
     def members(self, group: str) -> list[str]:
         """Names of the hosts in ``group``, in file order."""

@@ -295,6 +295,7 @@ class _Validator:
             resolutions=tuple(ctx.resolutions),
             notes=tuple(ctx.notes),
             description=entry.description,
+            warnings=tuple(ctx.warnings),
         )
 
 
