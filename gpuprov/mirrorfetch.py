@@ -7,6 +7,7 @@ Used by :mod:`gpuprov.bundle` for the CUDA repository the roles would install fr
 from __future__ import annotations
 
 import gzip
+import http.client
 import logging
 import urllib.error
 import urllib.parse
@@ -15,7 +16,7 @@ import urllib.request
 from debian.deb822 import Packages
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
-from gpuprov.redact import redact_credentials
+from gpuprov.redact import escape_userinfo, redact_credentials
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,9 @@ REDACTED = "***"
 
 
 def _without_userinfo(url: str) -> tuple[str, str | None, str | None]:
-    """``https://user:pa%40ss@host/p/`` -> (``https://host/p/``, ``user``, ``pa@ss``); names percent-decoded."""
+    """``https://user:pa%40ss@host/p/`` -> (``https://host/p/``, ``user``, ``pa@ss``); names percent-decoded. A
+    password written unescaped (``pa/ss``, ``pa@ss``) is read whole (:func:`escape_userinfo`)."""
+    url = escape_userinfo(url)
     parts = urllib.parse.urlsplit(url)
     if "@" not in parts.netloc:
         return url, None, None
@@ -81,7 +84,7 @@ def fetch_index(url: str) -> list[Packages]:
     for name, decode in (("Packages.gz", gzip.decompress), ("Packages", lambda b: b)):
         try:
             text = decode(fetch(url + name)).decode("utf-8")
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+        except (OSError, urllib.error.URLError, ValueError, http.client.HTTPException) as exc:
             errors.append(redact_credentials(f"{url}{name}: {exc}"))
             continue
         return [p for p in Packages.iter_paragraphs(text.splitlines(keepends=True), use_apt_pkg=False)

@@ -1,10 +1,17 @@
 """Credentials out of anything gpuprov prints.
 
-* ``scheme://user:password@host`` becomes ``scheme://user:***@host``. The password runs to the last ``@`` of
-  the URL, as ``urllib.parse`` and redis-py split the authority, so a password holding ``@``, ``/``, ``:``,
-  ``'`` or ``#`` (unescaped, as admins paste them) is hidden whole. Whitespace ends a URL: a password with a
-  space cannot be told from the words after it.
-* A credential in a query string (``?password=...``, ``&token=...``) becomes ``***``.
+* ``scheme://user:password@host`` becomes ``scheme://user:***@host``. The password runs to the URL's last
+  ``@``, so a password holding ``@``, ``/``, ``:``, ``?``, ``#`` or a quote (unescaped, as admins paste them) is
+  hidden whole, and a user name holding ``@`` (``user@corp:pw@host``) keeps its password hidden too. A URL
+  ends at whitespace, at the quote that opened it (``'redis://u:pw@h'``, ``"url":"..."``) when the text up
+  to that quote is a whole ``user:password@`` URL, and where the next ``scheme://`` begins. Whitespace in a
+  password cannot be told from the words after it: it ends the URL.
+* A credential in a query string (``?password=...``, ``&token=...``, ``;sslpassword=...``, also
+  percent-encoded names) becomes ``***``.
+
+:func:`escape_userinfo` applies the same reading of where a password ends before a URL is parsed, so that
+``urllib`` and redis-py see the whole password instead of splitting it into path, query or port (and quoting
+the pieces in their errors).
 
 Kept apart from :mod:`gpuprov.fleet` so that the image workers (:mod:`gpuprov.images`, shipped to GPU hosts
 without the fleet schema and its pydantic) redact queue URLs with the same rule.
@@ -13,18 +20,78 @@ without the fleet schema and its pydantic) redact queue URLs with the same rule.
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, unquote
 
-#: ``scheme://user:password@``: the user part has no ``:``, ``@`` or ``/``; the password is everything up to
-#: the URL's last ``@`` (the pattern is greedy within one whitespace-free run).
-_USERINFO = re.compile(r"(://[^/@\s:'\"]*:)[^\s]*@")
+#: Where a URL starts: an optional opening quote and ``scheme://``.
+_URL_START = re.compile(r"(['\"]?)\b[A-Za-z][A-Za-z0-9+.-]*://")
+_SPACE = re.compile(r"\s")
 
-#: Query parameters that carry a credential (``password``, ``passwd``, ``pwd``, ``token``, ``secret``, ...).
-_QUERY_SECRET = re.compile(
-    r"([?&](?:password|passwd|pwd|pass|token|access_token|secret|api_key|apikey)=)[^&#\s'\"]*", re.IGNORECASE
-)
+#: ``?name=value`` / ``&name=value`` / ``;name=value``; the name is decoded before it is judged.
+_QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.%-]+)=([^&;#\s]*)")
+#: Parameter names that carry a credential: passwords, tokens, secrets and keys, in any spelling around them
+#: (``password``, ``sslpassword``, ``api-key``, ``access_token``, ``client_secret``).
+_SECRET_NAME = re.compile(r"pass|pwd|token|secret|(?:^|[-_.])key$|apikey|auth", re.IGNORECASE)
+
+
+def _userinfo_end(text: str, start: int, quote: str) -> tuple[int, int] | None:
+    """For the URL body starting at ``start``: ``(colon, at)``, the indexes of the ``:`` that ends the user
+    name and of the ``@`` that ends the password, or None when the URL carries no password."""
+    stop = len(text)
+    space = _SPACE.search(text, start)
+    if space:
+        stop = space.start()
+    following = _URL_START.search(text, start)
+    if following and following.start() < stop:
+        stop = following.start()
+    runs = [stop]
+    closing = text.find(quote, start, stop) if quote else -1
+    if closing >= 0:
+        runs.insert(0, closing)  # the quoted URL first; the whole run when that is no user:password@ URL
+    for end in runs:
+        at = text.rfind("@", start, end)
+        colon = text.find(":", start, at) if at >= 0 else -1
+        if colon >= 0 and "/" not in text[start:colon]:
+            return colon, at
+    return None
+
+
+def _redact_userinfo(text: str) -> str:
+    out, done, pos = [], 0, 0
+    while match := _URL_START.search(text, pos):
+        found = _userinfo_end(text, match.end(), match.group(1))
+        if found is None:
+            pos = match.end()
+            continue
+        colon, at = found
+        out += [text[done:colon + 1], "***"]
+        done = pos = at
+    out.append(text[done:])
+    return "".join(out)
+
+
+def escape_userinfo(url: str) -> str:
+    """``url`` with its user name and password percent-encoded where they hold characters that end a URL's
+    authority (``/``, ``?``, ``#``, ``@``, ``:`` in the password): ``redis://u:pa/ss@h/0`` ->
+    ``redis://u:pa%2Fss@h/0``. Parts already percent-encoded stay as they are; a URL without ``user:password@``
+    is returned unchanged."""
+    match = _URL_START.match(url)
+    found = _userinfo_end(url, match.end(), match.group(1)) if match else None
+    if match is None or found is None:
+        return url
+    colon, at = found
+    user, password = url[match.end():colon], url[colon + 1:at]
+    return (url[:match.end()] + quote(unquote(user), safe="") + ":" + quote(unquote(password), safe="")
+            + url[at:])
+
+
+def _redact_query(match: re.Match[str]) -> str:
+    separator, name, value = match.groups()
+    if value and _SECRET_NAME.search(unquote(name)):
+        return f"{separator}{name}=***"
+    return match.group(0)
 
 
 def redact_credentials(text: str) -> str:
     """``text`` with the password of every ``scheme://user:password@host`` URL in it, and every credential
     query parameter, replaced by ``***``."""
-    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+    return _QUERY_PARAM.sub(_redact_query, _redact_userinfo(text))

@@ -4,12 +4,16 @@ credentials."""
 from __future__ import annotations
 
 import string
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpuprov.redact import redact_credentials
+from gpuprov import mirrorfetch
+from gpuprov.cli.__main__ import main
+from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.redact import escape_userinfo, redact_credentials
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -23,9 +27,20 @@ from gpuprov.redact import redact_credentials
     # quoted, twice in one message, with a user
     ("cannot reach 'redis://app:pw1@q1:6379' nor \"https://u:pw2@m/x\"",
      "cannot reach 'redis://app:***@q1:6379' nor \"https://u:***@m/x\""),
-    # credentials in a query string
+    # a user name holding @: the password is still everything up to the last @
+    ("redis://user@corp:s3cret@127.0.0.1:1/0?bogus=1", "redis://user@corp:***@127.0.0.1:1/0?bogus=1"),
+    # the URL ends at its closing quote, and where the next URL starts: the text after it is kept
+    ('{"url":"redis://u:pw@h/0","owner":"ops@corp"}', '{"url":"redis://u:***@h/0","owner":"ops@corp"}'),
+    ("https://a:b@c,https://d:e@f", "https://a:***@c,https://d:***@f"),
+    ("'redis://:it's@host' and more", "'redis://:***@host' and more"),
+    ("ssh://admin@host:22 mail ops@corp.example", "ssh://admin@host:22 mail ops@corp.example"),
+    # credentials in a query string, whatever their spelling
     ("redis://q1:6379/0?password=s3cret&db=1", "redis://q1:6379/0?password=***&db=1"),
     ("https://m/x?token=abc#frag", "https://m/x?token=***#frag"),
+    ("redis://q/0?password=ab'TAIL&x=1", "redis://q/0?password=***&x=1"),
+    ("redis://q/0?pass%77ord=SECRET", "redis://q/0?pass%77ord=***"),
+    ("x?api-key=K1&access-token=K2&client_secret=K3;sslpassword=K4&keyboard=ok&monkey=ok",
+     "x?api-key=***&access-token=***&client_secret=***;sslpassword=***&keyboard=ok&monkey=ok"),
     # nothing to hide
     ("ssh://admin@host:22", "ssh://admin@host:22"),
     ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
@@ -40,10 +55,40 @@ PASSWORD = st.text(alphabet=sorted(set(string.printable) - set(string.whitespace
 
 
 @given(password=PASSWORD, scheme=st.sampled_from(["redis", "rediss", "http", "https"]),
-       user=st.sampled_from(["", "app"]))
+       user=st.sampled_from(["", "app", "app@corp"]))
 def test_no_password_survives(password: str, scheme: str, user: str) -> None:
     message = f"queue unreachable: {scheme}://{user}:{password}@10.1.2.3:6379/0: Connection refused"
     assume(password not in message.replace(password, ""))  # not a piece of the rest of the message
     redacted = redact_credentials(message)
     assert password not in redacted
     assert redacted.endswith("@10.1.2.3:6379/0: Connection refused")
+
+
+@pytest.mark.parametrize(("url", "expected", "host"), [
+    ("redis://u:pa/ss@h:6379/0", "redis://u:pa%2Fss@h:6379/0", "h"),
+    ("redis://user@corp:p@ss#1?x@h/0", "redis://user%40corp:p%40ss%231%3Fx@h/0", "h"),
+    ("https://u:pa%40ss@m/x/", "https://u:pa%40ss@m/x/", "m"),  # already escaped: kept
+    ("redis://h:6379/0", "redis://h:6379/0", "h"),
+    ("ssh://admin@host:22", "ssh://admin@host:22", "host"),
+])
+def test_escape_userinfo_lets_parsers_read_the_whole_password(url: str, expected: str, host: str) -> None:
+    assert escape_userinfo(url) == expected
+    assert urlsplit(expected).hostname == host
+
+
+def test_a_queue_password_with_url_characters_never_reaches_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """redis-py and urllib used to split such a password into path, query or port and quote the pieces."""
+    for url in ("redis://user:abc/SECRETTAIL@127.0.0.1:1/0", "redis://user:abc?SECRETTAIL@127.0.0.1:1/0",
+                "redis://user:abc#SECRETTAIL@127.0.0.1:1/0", "redis://user@corp:SECRETTAIL@127.0.0.1:1/0?bogus=1"):
+        code = main(["images", "status", "--queue", url])
+        captured = capsys.readouterr()
+        assert code != 0 and "SECRETTAIL" not in captured.out + captured.err, (url, captured)
+        assert "Traceback" not in captured.err
+
+
+def test_a_mirror_password_with_url_characters_is_read_whole() -> None:
+    plain, user, password = mirrorfetch._without_userinfo("http://u:pa/TAIL#x@127.0.0.1:1/cuda/")
+    assert (plain, user, password) == ("http://127.0.0.1:1/cuda/", "u", "pa/TAIL#x")
+    with pytest.raises(EnvironmentMissing) as raised:
+        mirrorfetch.fetch_index("http://u:pa/TAIL@127.0.0.1:1/cuda/")
+    assert "TAIL" not in raised.value.message and "u:***@127.0.0.1:1" in raised.value.message

@@ -33,6 +33,7 @@ from gpuprov.images.queue.base import (
     task_id,
     task_key,
 )
+from gpuprov.redact import escape_userinfo
 
 __all__ = [
     "Queue",
@@ -73,7 +74,8 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
     name), and :class:`QueueUnavailable` when the store cannot be opened or reached.
     """
     try:
-        parts = urlsplit(url)
+        # a password written unescaped (redis://:pa/ss@host) is read whole, not split into path and port
+        parts = urlsplit(escape_userinfo(url))
     except ValueError as exc:  # "redis://[::1/0": an unclosed IPv6 bracket
         raise QueueURLError(f"{url}: not a URL ({exc}); use sqlite:///abs/path.db or redis://host:port/db") from exc
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
