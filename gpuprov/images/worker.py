@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentMissing, GpuprovError
 from gpuprov.images.decode import Decoder
@@ -154,11 +154,27 @@ def die_with_supervisor() -> None:
         sys.exit("gpuprov image worker: its supervisor exited before it started")
 
 
+def read_config(stream: TextIO) -> WorkerConfig:
+    """The :class:`WorkerConfig` on the first line of ``stream`` (JSON, as the supervisor writes it). A worker
+    started by hand without one exits 2 (a restart would read the same), naming what it needs."""
+    if stream.isatty():
+        print(json.dumps({"event": "error", "error": "a worker reads its configuration from its supervisor: "
+                                                      "run `gpuprov images run`"}), flush=True)
+        sys.exit(EXIT_USAGE)
+    line = stream.readline()
+    try:
+        raw = json.loads(line)
+        return WorkerConfig(**{**raw, "slot": Slot(**raw["slot"])})
+    except (ValueError, TypeError, KeyError) as exc:
+        error = f"no worker configuration on stdin ({type(exc).__name__}: {exc}); run `gpuprov images run`"
+        print(json.dumps({"event": "error", "error": error}), flush=True)
+        sys.exit(EXIT_USAGE)
+
+
 def _child_main() -> None:
     logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
     die_with_supervisor()
-    raw = json.loads(sys.stdin.readline())
-    cfg = WorkerConfig(**{**raw, "slot": Slot(**raw["slot"])})
+    cfg = read_config(sys.stdin)
 
     def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event), flush=True)

@@ -103,3 +103,13 @@ def test_the_worker_config_travels_on_stdin_not_on_the_command_line(
         supervisor.supervise(config, [Slot("cpu0")], lambda st, event: None, queue_timeout_s=1)
     assert argvs and all(password not in " ".join(argv) for argv in argvs), argvs
     assert password not in str(raised.value)
+
+
+@pytest.mark.parametrize("given", ["", "{}\n", "not json\n", '{"queue": "sqlite:///q"}\n'])
+def test_a_worker_without_a_readable_config_exits_2_naming_it(given: str) -> None:
+    """Exit 2 is the supervisor's "bad configuration, do not restart"; a traceback and exit 1 was restarted."""
+    proc = subprocess.run([sys.executable, "-m", "gpuprov.images.worker"], input=given, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "no worker configuration on stdin" in proc.stdout and "gpuprov images run" in proc.stdout
