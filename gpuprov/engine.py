@@ -101,11 +101,14 @@ def check_env_refs(fleet: Fleet) -> None:
                               "(the fleet file names it as {env: " + name + "})")
 
 
-def known_tags() -> set[str]:
-    """Tags a run can select: every role's name (play-level tags), ``gpuprov``, Ansible's special tags and
-    the tags role tasks set (``never``, Molecule skip tags)."""
-    tags = {"gpuprov", "all", "always", "never", "tagged", "untagged"} | {r.name for r in list_roles()}
-    for path in roles_dir().glob("*/tasks/*.yml"):
+#: Tags every play carries or Ansible defines.
+_COMMON_TAGS = frozenset({"gpuprov", "all", "always", "tagged", "untagged"})
+
+
+def _task_tags(role: str) -> set[str]:
+    """The tags ``role``'s tasks set (``never``, Molecule skip tags), read from its task files."""
+    tags: set[str] = set()
+    for path in (roles_dir() / role / "tasks").glob("*.yml"):
         for line in path.read_text(encoding="utf-8").splitlines():
             stripped = line.strip()
             if stripped.startswith("tags:") and "[" in stripped:
@@ -115,20 +118,35 @@ def known_tags() -> set[str]:
     return {t for t in tags if t}
 
 
-def check_tags(value: str | None, option: str) -> None:
-    """Reject a tag no play or task carries (Ansible would silently run nothing on the hosts).
+def known_tags(roles: list[str] | None = None) -> set[str]:
+    """Tags a run of ``roles`` (default: every role, the site) can select: the roles' names (play-level
+    tags), ``gpuprov``, Ansible's special tags and the tags the roles' tasks set."""
+    names = roles or [r.name for r in list_roles()]
+    # `never` is Ansible's too, but it selects something only where a task carries it
+    special = set(_COMMON_TAGS) | (set() if roles else {"never"})
+    return special | set(names) | {tag for name in names for tag in _task_tags(name)}
+
+
+def check_tags(value: str | None, option: str, roles: list[str] | None = None) -> None:
+    """Reject a tag no play or task carries (Ansible would silently run nothing on the hosts), and ``--tags``
+    that select no task of the roles this run applies (``--role nouveau --tags cuda``).
 
     Raises:
-        ConfigError: naming the unknown tag and a close match.
+        ConfigError: naming the unknown tag and a close match, or the tags of the run's roles.
     """
     if not value:
         return
-    known = known_tags()
-    for tag in (t.strip() for t in value.split(",") if t.strip()):
-        if tag not in known:
-            close = difflib.get_close_matches(tag, sorted(known), n=1)
-            hint = f" - did you mean '{close[0]}'?" if close else f" - use a role name ({', '.join(sorted(known))})"
+    everywhere, here = known_tags(), known_tags(roles)
+    chosen = [t.strip() for t in value.split(",") if t.strip()]
+    for tag in chosen:
+        if tag not in everywhere:
+            close = difflib.get_close_matches(tag, sorted(everywhere), n=1)
+            hint = (f" - did you mean '{close[0]}'?" if close
+                    else f" - use a role name ({', '.join(sorted(everywhere))})")
             raise ConfigError(f"{option} {tag}: no play or task has this tag{hint}")
+    if option == "--tags" and roles and not set(chosen) & here:
+        raise ConfigError(f"{option} {value}: selects no task of {', '.join(roles)} - the tags of this run: "
+                          f"{', '.join(sorted(here))}")
 
 
 def check_output_path(path: Path, option: str) -> None:
@@ -209,7 +227,7 @@ def execute(options: ApplyOptions, console: Console) -> int:
     for name in options.roles:
         role_playbook(name)
     check_env_refs(fleet)
-    check_tags(options.tags, "--tags")
+    check_tags(options.tags, "--tags", options.roles)
     check_tags(options.skip_tags, "--skip-tags")
     if options.json_path is not None:
         check_output_path(options.json_path, "--json")

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from gpuprov.exceptions import ConfigError
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 #: The collection's name, as roles and modules are called by it (``gpuprov.gpu.nouveau``).
@@ -84,12 +86,20 @@ def cache_dir() -> Path:
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return gpuprov's state directory, absolute: ``$GPUPROV_STATE_DIR``, else ``$XDG_STATE_HOME/gpuprov``,
     else ``~/.local/state/gpuprov`` (``environ``: the environment to read, default ``os.environ``). A relative
-    setting is taken from the current directory here, once: ansible-runner runs in the run directory, where a
-    relative inventory path would name nothing. It is not created here."""
+    ``GPUPROV_STATE_DIR`` is taken from the current directory here, once: ansible-runner runs in the run
+    directory, where a relative inventory path would name nothing. A relative ``XDG_STATE_HOME`` is ignored, as
+    the XDG Base Directory specification says. It is not created here.
+
+    Raises:
+        ConfigError: ``GPUPROV_STATE_DIR`` starts with ``~user`` for a user this machine does not have.
+    """
     env = os.environ if environ is None else environ
     explicit = env.get("GPUPROV_STATE_DIR")
     if explicit:
-        return Path(explicit).expanduser().absolute()
+        try:
+            return Path(explicit).expanduser().absolute()
+        except RuntimeError as exc:  # ~nosuchuser
+            raise ConfigError(f"GPUPROV_STATE_DIR {explicit}: {exc} - set it to a folder gpuprov may write") from None
     xdg = env.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
     return (base / "gpuprov").absolute()

@@ -30,7 +30,14 @@ import ansible_runner
 
 from gpuprov.accounting import EventCallback, EventCollector, HostResult
 from gpuprov.ansible_settings import BASE_ENV
-from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK, ConfigError, GpuprovError
+from gpuprov.exceptions import (
+    EXIT_DRIFT,
+    EXIT_HOSTS_FAILED,
+    EXIT_OK,
+    ConfigError,
+    EnvironmentMissing,
+    GpuprovError,
+)
 from gpuprov.interrupt import SignalStop
 from gpuprov.resources import collections_path
 
@@ -111,10 +118,20 @@ class PlaybookError(GpuprovError):
 
 
 def new_run_dir(state: Path, name: str) -> Path:
-    """Create and return ``<state>/runs/<UTC time>-<name>-<random id>/`` (mode 0700)."""
+    """Create and return ``<state>/runs/<UTC time>-<name>-<random id>/`` (mode 0700).
+
+    Raises:
+        EnvironmentMissing: the folder cannot be created (a file in the way, no permission, a full disk).
+    """
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     run_dir = state / "runs" / f"{stamp}-{name}-{secrets.token_hex(3)}"
-    run_dir.mkdir(parents=True, mode=0o700)
+    try:
+        run_dir.mkdir(parents=True, mode=0o700)
+    except OSError as exc:
+        raise EnvironmentMissing(
+            f"cannot create the run record {run_dir}: {exc.strerror or exc} - make {state} a folder gpuprov may "
+            "write, or point GPUPROV_STATE_DIR at one"
+        ) from None
     return run_dir
 
 
@@ -240,14 +257,8 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
             f"ansible-playbook could not run {request.playbook.name} (rc={runner.rc}, status={runner.status})"
             + ("".join(f"\n  {line}" for line in tail)) + f"\nrun record: {request.run_dir}"
         )
-    if unmatched and not any(stats.get(key) for key in ("ok", "changed", "failures", "dark", "skipped")):
-        # every gpuprov play targets the inventory's hosts: none matched means the inventory gave Ansible no
-        # host (unreadable or empty), never "nothing to do"
-        raise PlaybookError(
-            f"ansible-playbook ran {request.playbook.name} on no host: play {unmatched[0]!r} matched no host of the "
-            f"inventory {request.inventory.absolute()} - check that it lists the hosts (gpuprov render FILE -o DIR "
-            f"shows what gpuprov writes)\nrun record: {request.run_dir}"
-        )
+    if not any(stats.get(key) for key in ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")):
+        raise PlaybookError(_why_no_host_ran(request, unmatched))
     collector.add_stats(stats)
     return RunResult(
         status=str(runner.status),
@@ -258,6 +269,22 @@ def run_playbook(request: RunRequest, on_event: EventCallback | None = None) -> 
         started=started,
         finished=finished,
     )
+
+
+def _why_no_host_ran(request: RunRequest, unmatched: list[str]) -> str:
+    """The message of a run that reached no host: no success, "nothing to do" or drift can be read from it."""
+    if unmatched:
+        # every gpuprov play targets the inventory's hosts: none matched means the inventory gave Ansible no
+        # host (unreadable or empty)
+        why = (f"play {unmatched[0]!r} matched no host of the inventory {request.inventory.absolute()} - check that "
+               "it lists the hosts (gpuprov render FILE -o DIR shows what gpuprov writes)")
+    elif request.tags or request.skip_tags:
+        chosen = " ".join(f"{flag} {value}" for flag, value in (("--tags", request.tags),
+                                                                 ("--skip-tags", request.skip_tags)) if value)
+        why = f"{chosen} selected none of its tasks - choose tags of the roles it runs (gpuprov roles)"
+    else:
+        why = "no task ran on any host"
+    return f"ansible-playbook ran {request.playbook.name} on no host: {why}\nrun record: {request.run_dir}"
 
 
 def exit_code(result: RunResult, check: bool) -> int:

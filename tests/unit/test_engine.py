@@ -50,6 +50,17 @@ def test_unknown_tag_is_refused_with_a_suggestion() -> None:
         check_tags("noveau", "--tags")
 
 
+def test_tags_that_select_no_task_of_the_chosen_roles_are_refused() -> None:
+    """``--role nouveau --tags cuda`` ran only the argument checks and reported "in sync"."""
+    check_tags("nouveau", "--tags", ["nouveau"])
+    check_tags("cuda,nouveau", "--tags", ["nouveau"])
+    check_tags("cuda", "--tags", None)  # the whole site has the cuda play
+    for tags in ("cuda", "never", "cuda,image_workers"):
+        with pytest.raises(ConfigError, match=rf"--tags {tags}: selects no task of nouveau - the tags of this run: "):
+            check_tags(tags, "--tags", ["nouveau"])
+    check_tags("cuda", "--skip-tags", ["nouveau"])  # skipping what is not there skips nothing: allowed
+
+
 def test_output_path_checked_before_the_run(tmp_path: Path) -> None:
     check_output_path(tmp_path / "s.json", "--json")
     with pytest.raises(ConfigError, match="is a directory"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuprov import resources
+from gpuprov.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +36,13 @@ def test_a_relative_state_dir_is_made_absolute(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("GPUPROV_STATE_DIR", "relstate")
     assert resources.state_dir() == tmp_path / "relstate"
     assert resources.state_dir({"GPUPROV_STATE_DIR": "a/b"}) == tmp_path / "a" / "b"
+    # the XDG Base Directory specification: a relative XDG_STATE_HOME is invalid and ignored
+    assert resources.state_dir({"XDG_STATE_HOME": "rel"}) == Path.home() / ".local" / "state" / "gpuprov"
+
+
+def test_a_state_dir_of_an_unknown_user_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"GPUPROV_STATE_DIR ~nosuchuser-gpuprov/st: .* - set it to a folder"):
+        resources.state_dir({"GPUPROV_STATE_DIR": "~nosuchuser-gpuprov/st"})
 
 
 def test_cache_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

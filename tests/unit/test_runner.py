@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuprov.accounting import EventCollector
-from gpuprov.exceptions import ConfigError
+from gpuprov.exceptions import ConfigError, EnvironmentMissing
 from gpuprov.runner import PlaybookError, RunRequest, exit_code, new_run_dir, parse_extravars, run_playbook
 
 PLAY = [
@@ -258,3 +258,20 @@ def test_a_run_that_matches_no_host_is_an_error_not_success(tmp_path: Path) -> N
     with pytest.raises(PlaybookError, match=r"on no host: play 'Probe' matched no host of the inventory") as raised:
         run_playbook(request)
     assert raised.value.exit_code == 2
+
+
+def test_a_run_where_no_task_reaches_a_host_is_an_error_not_success(tmp_path: Path) -> None:
+    """Tags that leave no task: the recap is empty and nothing was checked, so neither success nor drift."""
+    request = _request(tmp_path, {"good": _host(tmp_path, "good")})
+    request.skip_tags = "all"
+    with pytest.raises(PlaybookError, match=r"on no host: --skip-tags all selected none of its tasks"):
+        run_playbook(request)
+    assert not (tmp_path / "good.marker").exists()
+
+
+def test_a_run_record_that_cannot_be_created_is_an_environment_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(EnvironmentMissing, match=r"cannot create the run record .*: Not a directory - make .*file a "
+                                                 r"folder gpuprov may write, or point GPUPROV_STATE_DIR at one"):
+        new_run_dir(blocker, "site")
