@@ -83,7 +83,11 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
     elsewhere: list[dict[str, str]] = []
     driver = settings.get("driver") or {}
     branch = str(driver.get("branch") or "auto")
-    if branch != "auto":
+    if driver.get("method") == "distro":
+        # the nvidia_driver role installs the distribution's own driver from its archive, not the CUDA repository
+        elsewhere.append({"package": "the OS archive's NVIDIA driver", "version": branch, "setting": "driver.method",
+                          "reason": "method distro installs the driver from the OS archive, not the CUDA repository"})
+    elif branch != "auto":
         version = driver.get("version") or ""
         pattern = "" if not version else re.escape(version) + ("" if "-" in version else "-.*")
         nvswitch = bool((settings.get("gpus") or {}).get("nvswitch"))

@@ -23,7 +23,7 @@ from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_packages
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_packages, installed_forms
 from rich.table import Table
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,10 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     branch = None if branch == "auto" else branch
     version = _none(want.get("driver_version"))
     names = driver_packages(branch, want.get("driver_flavour"))
-    drivers = _driver_packages(packages, ("nvidia-driver", "nvidia-dkms"))
+    unbranched = installed_forms(branch, None)
+    drivers = {**_driver_packages(packages, ("nvidia-driver", "nvidia-dkms")),
+               **{name: packages[name] for name in (*unbranched["unbranched_meta"], *unbranched["unbranched_kernel"])
+                  if name in packages}}
     nvml_version = nvml.get("driver_version") if nvml.get("available") else None
     # the loaded driver: the kernel module's own version, /sys/module/nvidia/version (readable when NVML is not,
     # e.g. after a userland upgrade NVML fails with NVML_ERROR_LIB_RM_VERSION_MISMATCH). Not NVML's reading: where
@@ -115,7 +118,9 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
         # adopted as it is (the nvidia_driver role's adopt path): the loaded driver is on the branch, no package
         return _entry(desired, installed, True, f"adopted: the loaded driver {nvml_version} is on branch {branch} "
                                                 "and was not installed from packages")
-    problems = [f"{p} is not installed" for p in desired["packages"] if p not in packages]
+    problems = [] if not branch else [f"{name} is not installed" for part, name in (("meta", names["meta"]),
+                                                                               ("kernel", names["dkms"]))
+                                      if not _has_driver_part(packages, branch, want.get("driver_flavour"), part)]
     if not branch and not drivers:
         problems.append("no nvidia-driver-<branch> package is installed")
     if version:
@@ -128,6 +133,19 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
         problems.append(f"the installed driver packages are {package_version} but the loaded kernel module is "
                         f"{loaded}: reboot pending or driver replaced under a loaded module")
     return _entry(desired, installed, not problems, "; ".join(problems) or None)
+
+
+def _has_driver_part(packages: dict[str, str], branch: str, flavour: Any, part: str) -> bool:
+    """Whether the host has ``part`` (``meta`` or ``kernel``) of driver ``branch`` in ``flavour`` under any name the
+    nvidia_driver role's methods install it by (NVIDIA's repository, Ubuntu's ``-server`` builds and precompiled
+    modules, Debian's unbranched packages at the branch's version)."""
+    forms = installed_forms(branch, flavour)
+    if any(name in packages for name in forms[part]):
+        return True
+    if part == "kernel" and forms["kernel_prefixes"] and any(p.startswith(forms["kernel_prefixes"]) for p in packages):
+        return True
+    return any(str(_upstream(packages[name]) or "").split(".")[0] == branch
+               for name in forms[f"unbranched_{part}"] if name in packages)
 
 
 def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]) -> dict[str, Any]:

@@ -375,3 +375,11 @@ def test_credentialed_mirror_bundle_manifest_is_redacted(standin_repo: tuple[Pat
     assert all(password not in r.getMessage() for r in caplog.records)
     assert all(password not in request_line for request_line, _ in _BasicAuth.seen)
     assert any(f"Authorization: Basic {_BasicAuth.expected}" in headers for _, headers in _BasicAuth.seen)
+
+
+def test_method_distro_bundles_no_driver_from_the_cuda_repository() -> None:
+    """The role installs the distribution's own driver then: the bundle says so instead of fetching NVIDIA's."""
+    wants, elsewhere = bundle.stack_packages({"driver": {"method": "distro", "branch": "535"}, "os": "debian12"})
+    assert not [w.name for w in wants if "nvidia" in w.name]
+    assert elsewhere[0] == {"package": "the OS archive's NVIDIA driver", "version": "535", "setting": "driver.method",
+                            "reason": "method distro installs the driver from the OS archive, not the CUDA repository"}

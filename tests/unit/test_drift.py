@@ -239,3 +239,33 @@ def test_the_verify_role_publishes_the_desired_keys_drift_reads() -> None:
     read = set(re.findall(r'want\.get\("(\w+)"\)', source)) | set(re.findall(r'_library\("(\w+)"', source))
     assert set(desired) == set(DESIRED) == read
     assert all(re.fullmatch(r"\{\{ verify_\w+( \| bool)? \}\}", str(v)) for v in desired.values()), desired
+
+
+def _dpkg(*rows: tuple[str, str]) -> str:
+    return "\n".join(f"{name}\tamd64\t{version}\tinstall ok installed" for name, version in rows)
+
+
+UBUNTU_SERVER = (("nvidia-driver-580-server", "580.159.04-0ubuntu0.24.04.1"),
+                 ("nvidia-dkms-580-server", "580.159.04-0ubuntu0.24.04.1"),
+                 ("libnvidia-compute-580-server", "580.159.04-0ubuntu0.24.04.1"))
+
+
+@pytest.mark.parametrize(("flavour", "rows", "in_sync"), [
+    # method distro on Ubuntu: the archive's -server builds, DKMS or Canonical's precompiled modules
+    ("proprietary", UBUNTU_SERVER, True),
+    ("auto", UBUNTU_SERVER, True),
+    ("open", UBUNTU_SERVER, False),  # the open modules were asked for
+    ("open", (("nvidia-driver-580-server-open", "580.159.04-0ubuntu1"),
+              ("linux-modules-nvidia-580-server-open-generic", "6.8.0-60.63+1")), True),
+    ("auto", (("nvidia-driver-580-open", "580.159.04-1"), ("nvidia-dkms-580-open", "580.159.04-1")), True),
+    # method distro on Debian: the unbranched packages, at a version of the branch
+    ("proprietary", (("nvidia-driver", "580.159.04-1"), ("nvidia-kernel-dkms", "580.159.04-1")), True),
+    ("open", (("nvidia-driver", "580.159.04-1"), ("nvidia-open-kernel-dkms", "580.159.04-1")), True),
+    ("proprietary", (("nvidia-driver", "535.261.03-1"), ("nvidia-kernel-dkms", "535.261.03-1")), False),
+])
+def test_the_driver_is_found_under_every_name_a_method_installs(
+    nvml: dict[str, Any], flavour: str, rows: tuple[tuple[str, str], ...], in_sync: bool
+) -> None:
+    entry = drift.compare(_fact(nvml, installed__packages=_dpkg(*rows), desired__driver_flavour=flavour,
+                                desired__driver_version=None, desired__nvswitch=False))["driver"]  # fmt: skip
+    assert entry["in_sync"] is in_sync, entry["note"]
