@@ -1,5 +1,6 @@
 """Lint gates run as tests, so the README's one test command covers them: ruff and mypy (strict) on
-gpuprov/, mypy on the collection's Python (pyproject.toml), ansible-lint (profile: production, from .ansible-lint) and yamllint on roles/ and playbooks/."""
+gpuprov/, mypy on the collection's Python (pyproject.toml), ansible-lint (profile: production, from
+.ansible-lint) and yamllint on roles/ and playbooks/."""
 
 from __future__ import annotations
 
