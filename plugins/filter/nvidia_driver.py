@@ -7,22 +7,26 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import FLAVOURS, driver_packages
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import FLAVOURS, SOURCES, driver_packages
 
 
-def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary") -> dict[str, Any]:
-    """``nvidia_driver_branch | gpuprov.gpu.nvidia_driver_packages(nvidia_driver_flavour)`` -> ``{meta, dkms,
-    userland, fabric_manager}`` (package names; userland a list of three).
+def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary", source: Any = "nvidia") -> dict[str, Any]:
+    """``nvidia_driver_branch | gpuprov.gpu.nvidia_driver_packages(nvidia_driver_flavour[, source])`` -> ``{meta,
+    dkms, userland, fabric_manager, precompiled_prefix}`` (package names; userland a list; the last two None where
+    ``source`` has none). ``source``: ``nvidia`` (the CUDA repository), ``ubuntu`` or ``debian`` (the archives).
 
     Raises:
-        AnsibleFilterError: an empty branch, or a flavour outside FLAVOURS and ``auto``.
+        AnsibleFilterError: an empty branch (except for ``debian``, whose names carry none), a flavour outside
+            FLAVOURS and ``auto``, or a source outside SOURCES.
     """
-    if branch is None or not str(branch).strip():
+    if str(source) not in SOURCES:
+        raise AnsibleFilterError(f"nvidia_driver_packages: source {source!r} is not one of {', '.join(SOURCES)}")
+    if str(source) != "debian" and (branch is None or not str(branch).strip()):
         raise AnsibleFilterError(f"nvidia_driver_packages: branch {branch!r} is not a driver branch (e.g. '580')")
     if str(flavour) not in (*FLAVOURS, "auto"):
         raise AnsibleFilterError(f"nvidia_driver_packages: flavour {flavour!r} is not one of "
                                  f"{', '.join((*FLAVOURS, 'auto'))}")
-    return driver_packages(str(branch).strip(), flavour)
+    return driver_packages(str(branch).strip(), flavour, str(source))
 
 
 class FilterModule:

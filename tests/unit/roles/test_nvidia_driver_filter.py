@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuprov.gpu.plugins.filter.nvidia_driver import FilterModule
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_packages
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_packages, installed_forms
 
 FILTER = FilterModule().filters()["nvidia_driver_packages"]
 
@@ -20,7 +20,44 @@ def test_server_takes_the_server_userland() -> None:
     assert FILTER("570", "server") == {
         "meta": "nvidia-driver-570-server", "dkms": "nvidia-dkms-570-server",
         "userland": ["libnvidia-compute-570-server", "nvidia-utils-570-server", "nvidia-compute-utils-570-server"],
-        "fabric_manager": "nvidia-fabricmanager-570"}
+        "fabric_manager": "nvidia-fabricmanager-570", "precompiled_prefix": None}
+
+
+@pytest.mark.parametrize(("flavour", "kernel"), [("proprietary", "-server"), ("server", "-server"),
+                                                 ("auto", "-server"), ("open", "-server-open")])
+def test_ubuntu_archive_names_are_its_server_builds(flavour: str, kernel: str) -> None:
+    """Method distro on Ubuntu installs the archive's -server builds: every flavour's userland is -server, the
+    kernel parts -server-open for open; the archive packages no Fabric Manager at the driver's version."""
+    names = FILTER("535", flavour, source="ubuntu")
+    assert names == {
+        "meta": f"nvidia-driver-535{kernel}", "dkms": f"nvidia-dkms-535{kernel}",
+        "userland": ["libnvidia-compute-535-server", "nvidia-utils-535-server", "nvidia-compute-utils-535-server"],
+        "fabric_manager": None, "precompiled_prefix": f"linux-modules-nvidia-535{kernel}-"}
+
+
+@pytest.mark.parametrize(("flavour", "kernel"), [("proprietary", "nvidia-kernel-dkms"),
+                                                 ("open", "nvidia-open-kernel-dkms")])
+def test_debian_names_carry_no_branch(flavour: str, kernel: str) -> None:
+    for branch in ("535", "", None):
+        names = FILTER(branch, flavour, source="debian")
+        assert (names["meta"], names["dkms"], names["fabric_manager"]) == ("nvidia-driver", kernel, None)
+        assert "libnvidia-ml1" in names["userland"] and "nvidia-smi" in names["userland"]
+
+
+def test_installed_forms_are_every_sources_names() -> None:
+    """The drift report's reading of a host: each name the role installs, from every source, is a form of the
+    branch, and no other branch's."""
+    forms = installed_forms("580", None)
+    for source in ("nvidia", "ubuntu"):
+        for flavour in ("proprietary", "open", "server"):
+            names = FILTER("580", flavour, source=source)
+            assert names["meta"] in forms["meta"] and names["dkms"] in forms["kernel"]
+    assert forms["kernel_prefixes"] == ("linux-modules-nvidia-580-server-", "linux-modules-nvidia-580-server-open-")
+    assert forms["unbranched_meta"] == ("nvidia-driver",)
+    assert set(forms["unbranched_kernel"]) == {"nvidia-kernel-dkms", "nvidia-open-kernel-dkms"}
+    assert not any("570" in name for part in forms.values() for name in part)
+    server = installed_forms("580", "server")
+    assert server["meta"] == ("nvidia-driver-580-server",) and server["unbranched_kernel"] == ()
 
 
 @pytest.mark.parametrize(("branch", "flavour", "message"), [
@@ -32,3 +69,8 @@ def test_server_takes_the_server_userland() -> None:
 def test_an_unknown_branch_or_flavour_fails(branch: str, flavour: object, message: str) -> None:
     with pytest.raises(AnsibleFilterError, match=message):
         FILTER(branch, flavour)
+
+
+def test_an_unknown_source_fails() -> None:
+    with pytest.raises(AnsibleFilterError, match="source 'redhat' is not one of nvidia, ubuntu, debian"):
+        FILTER("580", "open", source="redhat")
