@@ -2,7 +2,8 @@
 
 Rich tables by default, ``--json`` for the raw data; ``--section`` (repeatable) picks sections.
 Each row shows whether its numbers were verified against the cited NVIDIA page (a GPU row: which of its
-fields were).
+fields were). ``gpuprov matrix update`` (:mod:`gpuprov.cli.matrix_update`) checks the CUDA rows against a CUDA
+repository's Packages index.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprov.cli import output
+from gpuprov.cli.matrix_update import command as update_command
 from gpuprov.matrix import GpuModel, Matrix, load_matrix
 
 SECTIONS = ("cuda", "cudnn", "nccl", "gpus", "os", "driver_branches", "mig")
@@ -123,12 +125,18 @@ def tables(m: Matrix, sections: tuple[str, ...]) -> list[Group]:
     return out
 
 
-@click.command("matrix")
+@click.group("matrix", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the matrix data as JSON.")
 @click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
               help="Only this section (repeatable).")
-def command(as_json: bool, sections: tuple[str, ...]) -> None:
-    """Print the CUDA / driver / cuDNN / NCCL / GPU / OS compatibility matrix and the MIG profiles, with sources."""
+@click.pass_context
+def command(ctx: click.Context, as_json: bool, sections: tuple[str, ...]) -> None:
+    """Print the CUDA / driver / cuDNN / NCCL / GPU / OS compatibility matrix and the MIG profiles, with sources.
+
+    `gpuprov matrix update --packages URL|PATH` checks the CUDA rows against a CUDA repository's index.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     m = load_matrix()
     chosen = sections or SECTIONS
     if as_json:
@@ -138,3 +146,5 @@ def command(as_json: bool, sections: tuple[str, ...]) -> None:
     for table in tables(m, chosen):
         console.print(table, crop=False)
 
+
+command.add_command(update_command)
