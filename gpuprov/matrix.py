@@ -11,18 +11,34 @@ match a requested version on ``major.minor``. Malformed data raises :class:`Matr
 
 from __future__ import annotations
 
-import datetime as dt
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
+import yaml
 from ansible_collections.gpuprov.gpu.plugins.plugin_utils import cuda_drivers
 
 from gpuprov.exceptions import GpuprovError
+from gpuprov.matrix_rows import (
+    BRANCH_KIND_NAMES,
+    HOST_ARCHES,
+    CudaRelease,
+    CudnnBuild,
+    CudnnRelease,
+    DriverBranch,
+    GpuModel,
+    NcclRelease,
+    OpenModules,
+    OsEntry,
+)
 from gpuprov.mig_profiles import MigGeometry, mig_geometries
 
-OpenModules = Literal["unsupported", "supported", "required"]
+__all__ = ["BRANCH_KIND_NAMES", "HOST_ARCHES", "INSTALL_METHODS", "CudaRelease", "CudnnBuild", "CudnnRelease",
+           "DriverBranch", "GpuModel", "Matrix", "MatrixError", "NcclRelease", "OpenModules", "OsEntry", "branch_of",
+           "load_matrix", "major_minor", "matrix_from_text", "model_key", "version_key"]
+
 INSTALL_METHODS = ("cuda-repo", "distro", "ubuntu-drivers", "runfile")
 _Row = TypeVar("_Row")
 
@@ -55,120 +71,6 @@ _VENDOR_WORDS = frozenset({"NVIDIA", "TESLA", "GEFORCE", "QUADRO"})
 def model_key(model: str) -> str:
     """Normalised GPU model name for lookups: case, spaces, ``-`` and ``_`` ignored (``rtx 3090`` = ``RTX-3090``)."""
     return re.sub(r"[\s_-]", "", model).upper()
-
-
-@dataclass(frozen=True)
-class CudaRelease:
-    """A CUDA toolkit: the Linux driver it shipped with (``driver``) and that driver's ``branch``."""
-
-    version: str
-    driver: str
-    branch: str
-    verified: bool
-    source: str
-
-
-@dataclass(frozen=True)
-class CudnnBuild:
-    """One cuDNN build: CUDA major, supported CUDA minors (``"12.4"``) and minimum Linux driver."""
-
-    cuda_major: int
-    cuda: tuple[str, ...]
-    min_driver: str
-
-
-@dataclass(frozen=True)
-class CudnnRelease:
-    """A cuDNN release and its builds, newest CUDA major first."""
-
-    version: str
-    builds: tuple[CudnnBuild, ...]
-    verified: bool
-    source: str
-
-
-@dataclass(frozen=True)
-class NcclRelease:
-    """An NCCL release and the CUDA versions its packages are built for."""
-
-    version: str
-    cuda: tuple[str, ...]
-    verified: bool
-    source: str
-
-    @property
-    def cuda_majors(self) -> frozenset[int]:
-        """CUDA majors this release has a build for."""
-        return frozenset(int(v.split(".")[0]) for v in self.cuda)
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """A GPU model: architecture, driver/CUDA range, open-module policy, MIG and NVSwitch capability."""
-
-    model: str
-    architecture: str
-    compute_capability: str
-    segment: str
-    min_branch: str
-    max_branch: str | None
-    min_cuda: str
-    max_cuda: str | None
-    open_modules: OpenModules
-    mig: bool
-    nvswitch_capable: bool
-    tdp_watts: int
-    verified: bool
-    source: str
-
-
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
-
-#: How the driver branch kinds read in messages (NVIDIA's terms).
-BRANCH_KIND_NAMES = {"ltsb": "long-term support branch", "production": "production branch",
-                     "feature": "new feature branch"}
-
-
-@dataclass(frozen=True)
-class DriverBranch:
-    """A driver branch, its kind (``ltsb``, ``production`` or ``feature``) and the month NVIDIA ends its support
-    (``eol``, ``"YYYY-MM"``, or ``None`` where no date is published)."""
-
-    branch: str
-    kind: str
-    verified: bool
-    source: str
-    eol: str | None = None
-
-    def ended(self, today: dt.date) -> bool:
-        """Whether support ended before ``today``: the branch gets fixes through its end-of-life month."""
-        if self.eol is None:
-            return False
-        year, month = (int(part) for part in self.eol.split("-"))
-        return (today.year, today.month) > (year, month)
-
-    def eol_text(self) -> str:
-        """``"June 2026"`` (``eol`` as NVIDIA's table writes it), or ``"no published date"``."""
-        if self.eol is None:
-            return "no published date"
-        year, month = self.eol.split("-")
-        return f"{_MONTHS[int(month) - 1]} {year}"
-
-
-@dataclass(frozen=True)
-class OsEntry:
-    """What NVIDIA's repository carries for one OS and which methods can install Fabric Manager."""
-
-    name: str
-    family: str
-    cuda_repo_branches: tuple[str, ...]
-    cuda_first: str
-    cuda_last: str
-    distro_branches: tuple[str, ...] | None
-    fabric_manager: tuple[str, ...]
-    verified: bool
-    source: str
 
 
 @dataclass(frozen=True)
@@ -314,6 +216,37 @@ def load_matrix() -> Matrix:
         raise MatrixError(f"cannot read the packaged compatibility matrix: {exc!r}") from exc
 
 
+def matrix_from_text(text: str) -> Matrix:
+    """The matrix that YAML ``text`` (a matrix.yml) describes, uncached (``gpuprov matrix update`` checks its
+    result with it). Raises :class:`MatrixError` when the text is no YAML mapping or a row is malformed."""
+    try:
+        raw = yaml.safe_load(text)
+        if not isinstance(raw, dict):
+            raise TypeError("the matrix is not a mapping")
+        return _build(raw)
+    except (yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise MatrixError(f"the compatibility matrix is malformed: {exc!r}") from exc
+
+
+def _checked_fields(row: dict[str, Any]) -> tuple[str, ...]:
+    """A GPU row's ``checked`` list (every field when ``verified``); ValueError on a name that is no field."""
+    fields = [f.name for f in dataclasses.fields(GpuModel) if f.name not in ("model", "verified", "source", "checked")]
+    if row["verified"]:
+        return tuple(fields)
+    checked = tuple(str(name) for name in row.get("checked") or ())
+    unknown = sorted(set(checked) - set(fields))
+    if unknown:
+        raise ValueError(f"gpus: {row['model']}: checked names {', '.join(unknown)}, which are no GPU fields")
+    return checked
+
+
+def _one_of(row: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    value = str(row.get(key, allowed[0]))
+    if value not in allowed:
+        raise ValueError(f"gpus: {row['model']}: {key} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def _build(raw: dict[str, Any]) -> Matrix:
     gpus = {
         row["model"]: GpuModel(
@@ -331,6 +264,8 @@ def _build(raw: dict[str, Any]) -> Matrix:
             tdp_watts=int(row["tdp_watts"]),
             verified=bool(row["verified"]),
             source=row["source"],
+            checked=_checked_fields(row),
+            host_arch=_one_of(row, "host_arch", HOST_ARCHES),
         )
         for row in raw["gpus"]
     }

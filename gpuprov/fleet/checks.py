@@ -34,6 +34,10 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
                  suggest_fix(gpus["model"], sorted(matrix.gpus), "a model from `gpuprov matrix --section gpus`"))
     elif gpu.model != gpus["model"]:
         ctx.resolve(settings, ("gpus", "model"), gpu.model, f"{gpus['model']!r} is spelled {gpu.model} in the matrix")
+    if gpu is not None and gpu.host_arch != "x86_64":
+        ctx.fail(("gpus", "model"), f"{gpu.model} hosts are {gpu.host_arch} (NVIDIA Grace): gpuprov installs from "
+                 "NVIDIA's x86_64 repositories only", "provision Grace hosts with NVIDIA's sbsa repository outside "
+                 "gpuprov, or use an x86_64 model (gpuprov matrix --section gpus)")
     _check_method(ctx, settings, matrix)
     _check_monitoring(ctx, settings)
     cuda_ok = _check_cuda(ctx, settings, matrix, gpu)

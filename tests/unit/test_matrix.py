@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.matrix import branch_of, load_matrix, version_key
+from gpuprov.matrix import MatrixError, branch_of, load_matrix, matrix_from_text, version_key
 
 REQUIRED_MODELS = ["H200", "H100-SXM5-80GB", "H100-PCIe", "A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB",
                    "A10", "L4", "L40S", "V100-SXM2-32GB", "V100 PCIe", "T4", "RTX 3090", "RTX 4090", "RTX A6000",
-                   "B200", "RTX 5090"]
+                   "B200", "RTX 5090", "H100 NVL", "H20", "GH200", "B300", "GB200", "L40", "A30", "A40",
+                   "RTX 6000 Ada", "RTX PRO 6000 Blackwell", "RTX PRO 6000 Blackwell Server"]
 
 
 def test_loaded_once() -> None:
@@ -32,11 +33,35 @@ def test_every_row_cites_an_nvidia_source() -> None:
         assert isinstance(row["verified"], bool)
 
 
-def test_cuda_covers_11_0_to_13_0_with_matching_branches() -> None:
+def test_cuda_covers_11_0_to_13_3_with_matching_branches() -> None:
     m = load_matrix()
-    assert {"11.0", "12.4", "13.0"} <= set(m.cuda)
+    assert {"11.0", "12.4", "13.0", "13.1", "13.2", "13.3"} <= set(m.cuda)
     for release in m.cuda.values():
         assert branch_of(release.driver) == release.branch
+
+
+def test_every_cuda_a_cudnn_build_names_is_a_cuda_row() -> None:
+    m = load_matrix()
+    named = {cuda for release in m.cudnn.values() for build in release.builds for cuda in build.cuda}
+    assert named - set(m.cuda) == set()
+    assert m.toolkit_driver("13.1") == "590.44.01" and m.min_driver("13.1") == "580.65.06"
+
+
+def test_gpu_rows_name_the_fields_they_checked() -> None:
+    m = load_matrix()
+    for gpu in m.gpus.values():
+        assert gpu.verified or gpu.checked, gpu.model  # every row was checked against NVIDIA's pages somewhere
+    assert m.gpu("B300").checked == ("compute_capability", "mig", "min_branch", "min_cuda")  # type: ignore[union-attr]
+    assert m.gpu("T4").checked == ("mig",)  # type: ignore[union-attr]
+
+
+def test_a_malformed_gpu_row_is_a_matrix_error() -> None:
+    text = (Path(__file__).resolve().parents[2] / "plugins" / "plugin_utils" / "matrix.yml").read_text()
+    with pytest.raises(MatrixError, match="no GPU fields"):
+        matrix_from_text(text.replace("checked: [mig]", "checked: [cc]", 1))
+    with pytest.raises(MatrixError, match="host_arch 'arm'"):
+        matrix_from_text(text.replace("host_arch: aarch64", "host_arch: arm", 1))
+    assert matrix_from_text(text).gpu("GB200").host_arch == "aarch64"  # type: ignore[union-attr]
 
 
 def test_driver_queries() -> None:
@@ -72,6 +97,7 @@ def test_library_compatibility() -> None:
 
 def test_os_availability() -> None:
     m = load_matrix()
+    assert m.os_has_cuda("ubuntu2404", "13.1") and not m.os_has_cuda("ubuntu2004", "13.1")
     assert m.os_has_branch("ubuntu2004", "580") is False
     assert m.os_has_branch("ubuntu2204", "580") is True
     assert m.os_has_branch("ubuntu2204", "580", "ubuntu-drivers") is None
@@ -98,6 +124,14 @@ def test_nvswitch_and_mig_flags() -> None:
         ("NVIDIA GeForce RTX 3090", "RTX-3090"),
         ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
         ("Tesla V100-PCIE-32GB", "V100-PCIe"),
+        ("NVIDIA H20", "H20"),
+        ("NVIDIA H200 NVL", "H200"),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell-Server"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX-PRO-6000-Blackwell"),
+        ("NVIDIA L40", "L40"),
+        ("NVIDIA L40S", "L40S"),
         ("NVIDIA Made-Up 9000", None),
     ],
 )
@@ -110,7 +144,7 @@ def test_every_mig_gpu_has_its_profiles() -> None:
     m = load_matrix()
     assert {g.model for g in m.gpus.values() if g.mig} == set(m.mig)
     for geometry in m.mig.values():
-        assert (geometry.compute_slices, geometry.memory_slices) == (7, 8)
+        assert (geometry.compute_slices, geometry.memory_slices) in ((7, 8), (4, 4))  # A30, RTX PRO 6000: 4/4
         for profile in geometry.profiles.values():
             assert profile.name.startswith(f"{profile.compute}g.")  # <n>g: n compute slices
             assert profile.compute * min(profile.most, 1) <= geometry.compute_slices

@@ -43,6 +43,8 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[
         cmd = group.get_command(ctx, name)
         assert cmd is not None
         if isinstance(cmd, click.Group):
+            if cmd.invoke_without_command:  # `gpuprov matrix` prints; `gpuprov matrix update` is its sub-command
+                yield (*path, name), cmd
             yield from _commands(cmd, (*path, name))
         else:
             yield (*path, name), cmd
