@@ -157,12 +157,16 @@ def today() -> dt.date:
     return dt.date.today()
 
 
-def _fitting_branches(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool) -> list[str]:
-    """The branches that fit the host (published for its OS and method, support its GPU, run its CUDA and
-    cuDNN build), newest first."""
+def _fitting_branches(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool,
+                      full: bool = True) -> list[str]:
+    """The branches that fit the host (published for its OS and method, support its GPU, run its CUDA - with
+    full compatibility, or with ``full`` false under minor-version compatibility - and cuDNN build), newest
+    first."""
     os_name, method = s["os"], s["driver"]["method"]
     cuda = s["cuda"]["version"] if cuda_ok else None
     cuda_rel = m.cuda_release(cuda) if cuda else None
+    minimum = m.min_driver(cuda) if cuda and not full else None
+    cuda_branch = int(branch_of(minimum)) if minimum else int(cuda_rel.branch) if cuda_rel else None
     build = m.cudnn_build(s["cudnn"]["version"], cuda) if cuda and s["cudnn"]["version"] else None
     fits = []
     for branch in reversed(m.branches_sorted()):
@@ -171,7 +175,7 @@ def _fitting_branches(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_o
             continue
         if m.os_has_branch(os_name, branch, method) is False:
             continue
-        if cuda_rel is not None and number < int(cuda_rel.branch):
+        if cuda_branch is not None and number < cuda_branch:
             continue
         if build is not None and number < int(branch_of(build.min_driver)):
             continue
@@ -183,7 +187,12 @@ def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bo
     """The newest fitting branch (:func:`_fitting_branches`) of the first kind that has one: long-lived with
     a published end of life still ahead, long-lived not past its end of life, any not past it, any; with the
     reason."""
+    full = True
     fits = _fitting_branches(m, s, gpu, cuda_ok)
+    if not fits:
+        # no branch this OS offers runs the CUDA release with full compatibility (its toolkit's branch is newer
+        # than any the OS row lists): an older branch runs it under minor-version compatibility
+        full, fits = False, _fitting_branches(m, s, gpu, cuda_ok, full=False)
     day = today()
     current = [b for b in fits if not m.branches[b].ended(day)]
     dated = [b for b in current if m.branches[b].eol]
@@ -196,7 +205,7 @@ def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bo
     if gpu is not None:
         reason += f" that supports {gpu.model}"
     if cuda_ok and cuda and m.cuda_release(cuda) is not None:
-        reason += f" and runs CUDA {cuda} with full compatibility"
+        reason += f" and runs CUDA {cuda} with {'full' if full else 'minor-version'} compatibility"
     if m.branches[branch].eol:
         reason += f" (NVIDIA supports it to {m.branches[branch].eol_text()})"
     return branch, reason

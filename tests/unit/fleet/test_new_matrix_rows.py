@@ -39,10 +39,20 @@ def test_cuda_13_1_with_cudnn_9_17_runs_on_r580_under_minor_compatibility() -> N
     assert any("older than 590.44.01, which CUDA 13.1 shipped with" in note for note in host.notes)
 
 
-def test_cuda_13_1_needs_a_branch_the_os_row_publishes_for_auto() -> None:
-    """The OS rows list no branch from R590 on yet, so auto finds none that gives CUDA 13.1 full compatibility."""
-    got = _problems("B300", '  cuda: {version: "13.1"}\n')
-    assert "no driver branch in the matrix fits" in got["hosts.h.settings.driver.branch"]
+def test_auto_takes_a_minor_compatible_lts_branch_for_cuda_13_1() -> None:
+    """The OS rows list no branch from R590 on yet, so no branch gives CUDA 13.1 full compatibility: auto takes
+    the newest long-term branch that runs it under minor-version compatibility (R580, at or above 13.x's floor
+    580.65.06), says so, and keeps the note."""
+    host = _fleet("B300", '  cuda: {version: "13.1"}\n').hosts["h"]
+    assert host.settings["driver"]["branch"] == "580"
+    assert any("runs CUDA 13.1 with minor-version compatibility" in r.reason for r in host.resolutions)
+    assert any("older than 590.44.01, which CUDA 13.1 shipped with" in note for note in host.notes)
+
+
+def test_auto_still_fails_where_no_branch_runs_the_cuda_release() -> None:
+    """V100 ends with R580's predecessor row's max: Volta is out of CUDA 13, so no branch fits at all."""
+    got = _problems("V100-SXM2-32GB", '  cuda: {version: "13.1"}\n', os="ubuntu2204")
+    assert any("CUDA" in problem for problem in got.values())
 
 
 def test_cuda_13_3_is_known_but_not_for_ubuntu_20_04() -> None:
