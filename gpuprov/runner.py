@@ -29,7 +29,7 @@ from typing import Any
 import ansible_runner
 
 from gpuprov.accounting import EventCallback, EventCollector, HostResult
-from gpuprov.ansible_settings import BASE_ENV
+from gpuprov.ansible_settings import BASE_ENV, strategy_env
 from gpuprov.exceptions import (
     EXIT_DRIFT,
     EXIT_HOSTS_FAILED,
@@ -44,9 +44,14 @@ from gpuprov.resources import collections_path
 log = logging.getLogger(__name__)
 
 def run_env() -> dict[str, str]:
-    """Return :data:`BASE_ENV`, the collections path that holds ``gpuprov.gpu``, and a ``PATH`` that finds
-    the ``ansible-playbook`` installed beside this Python (a virtual environment need not be activated)."""
-    env = {**BASE_ENV, "ANSIBLE_COLLECTIONS_PATH": str(collections_path())}
+    """Return :data:`BASE_ENV`, the strategy (:func:`gpuprov.ansible_settings.strategy_env`), the collections
+    path that holds ``gpuprov.gpu``, and a ``PATH`` that finds the ``ansible-playbook`` installed beside this
+    Python (a virtual environment need not be activated).
+
+    Raises:
+        ConfigError: ``GPUPROV_STRATEGY`` names no strategy (exit 2).
+    """
+    env = {**BASE_ENV, **strategy_env(), "ANSIBLE_COLLECTIONS_PATH": str(collections_path())}
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     env["PATH"] = path if bindir in path.split(os.pathsep) else os.pathsep.join(p for p in (bindir, path) if p)

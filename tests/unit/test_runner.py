@@ -181,16 +181,19 @@ NEW_SESSION = "setsid sh -c 'trap \"\" INT; sleep 300'"
 STUBBORN = "setsid sh -c 'trap \"\" INT TERM; sleep 300'"
 
 
-@pytest.mark.parametrize(("signum", "code", "command", "second"), [
-    (signal.SIGINT, 130, "sleep 300", None), (signal.SIGTERM, 143, "sleep 300", None),
-    (signal.SIGINT, 130, NEW_SESSION, None), (signal.SIGINT, 143, STUBBORN, signal.SIGTERM)])
-def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code: int, command: str,
-                                              second: int | None) -> None:
+@pytest.mark.parametrize(("signum", "code", "command", "second", "strategy"), [
+    (signal.SIGINT, 130, "sleep 300", None, "linear"), (signal.SIGTERM, 143, "sleep 300", None, "linear"),
+    (signal.SIGINT, 130, NEW_SESSION, None, "linear"), (signal.SIGINT, 143, STUBBORN, signal.SIGTERM, "linear"),
+    (signal.SIGINT, 130, "sleep 300", None, "mitogen"), (signal.SIGTERM, 143, NEW_SESSION, None, "mitogen")])
+def test_signal_ends_every_process_of_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int,
+                                              code: int, command: str, second: int | None, strategy: str) -> None:
     """Ctrl-C / SIGTERM to gpuprov during ``sleep 300`` on a local-connection host: gpuprov exits 130 / 143
     and no process of the run is left - not ansible-playbook, not its workers (which run in sessions of
     their own, out of reach of ansible-runner's killpg), not the module nor its ``sleep 300``, nor a process
     in a new session that ignores the SIGINT; a ``second`` signal during gpuprov's clean-up of such a process
-    only hastens it."""
+    only hastens it. Under mitogen the module runs in a host interpreter that outlives ansible-playbook's
+    SIGINT: gpuprov's clean-up ends it."""
+    monkeypatch.setenv("GPUPROV_STRATEGY", strategy)
     request = _request(tmp_path, {"good": _host(tmp_path, "good")})
     play = [{"name": "Hang", "hosts": "all", "gather_facts": False,
              "tasks": [{"name": "Sleep", "ansible.builtin.command": command, "changed_when": False}]}]
@@ -231,7 +234,7 @@ def test_signal_ends_every_process_of_the_run(tmp_path: Path, signum: int, code:
     # the forwarded SIGINT alone stopped them: ansible-playbook ended its workers, nothing was left to kill
     text = log.read_text(encoding="utf-8", errors="replace")
     assert "stopping ansible-playbook" in text, text
-    if command in (NEW_SESSION, STUBBORN):  # ended by gpuprov after ansible-playbook had gone
+    if command in (NEW_SESSION, STUBBORN) or strategy == "mitogen":  # ended by gpuprov after ansible-playbook
         assert "left over by ansible-playbook" in text and "sleep 300" in text, text
     else:
         assert "left over by ansible-playbook" not in text, text
