@@ -2,10 +2,10 @@
 
 ``--procs`` processes (a comma list: one run each) claim ``--batch`` tasks and complete them with a
 result row shaped like the model task's (path, sha256, size, top-5) until ``--tasks`` submitted tasks
-are done. Prints tasks/s over the whole run (process start included) and each process's seconds in ``claim``
-and ``complete`` (lock waits included). The sqlite queue file is made under ``--dir`` (a local filesystem) and
-removed; with ``--redis redis://host:port/db`` each run uses a stream of its own on that server and deletes its
-keys after.
+are done. Prints tasks/s over the whole run (process start included, submit not), the seconds the submit
+of the tasks took, and each process's seconds in ``claim`` and ``complete`` (lock waits included). The
+sqlite queue file is made under ``--dir`` (a local filesystem) and removed; with ``--redis
+redis://host:port/db`` each run uses a stream of its own on that server and deletes its keys after.
 
     python benchmarks/queue_bench.py --tasks 200000 --procs 1,4,8 --json queue.json
     python benchmarks/queue_bench.py --tasks 100000 --procs 2 --redis redis://127.0.0.1:6379/0
@@ -54,7 +54,9 @@ def _worker(url: str, batch: int, out: Any) -> None:
 def run(url: str, tasks: int, procs: int, batch: int) -> dict[str, Any]:
     """One run on the new, empty queue at ``url``: tasks/s and per-process seconds (dict)."""
     queue = open_queue(url)
+    t0 = time.perf_counter()
     queue.submit({"path": f"/data/images/img-{i:07d}.jpg"} for i in range(tasks))
+    submit_s = time.perf_counter() - t0
     queue.close()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -68,6 +70,7 @@ def run(url: str, tasks: int, procs: int, batch: int) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     done = sum(s["tasks"] for s in spent)
     return {"procs": procs, "batch": batch, "tasks": done, "wall_s": round(wall, 2), "tasks_per_s": round(done / wall),
+            "submit_s": round(submit_s, 2),
             "workers": [{k: round(v, 2) for k, v in s.items()} for s in spent]}  # fmt: skip
 
 
@@ -109,7 +112,8 @@ def main() -> None:
                 if args.redis:
                     _drop_stream(args.redis, stream)
             results.append(res)
-            print(f"{n} process(es): {res['tasks_per_s']} tasks/s ({res['wall_s']} s) {res['workers']}", flush=True)
+            print(f"{n} process(es): {res['tasks_per_s']} tasks/s ({res['wall_s']} s; submit {res['submit_s']} s) "
+                  f"{res['workers']}", flush=True)  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                          "runs": results}, indent=2))  # fmt: skip
