@@ -167,7 +167,7 @@ class SqliteQueue:
                 self._db.executemany(
                     "UPDATE tasks SET state = 'leased', attempts = attempts + 1, lease = ?"
                     " WHERE shard >= ? AND shard <= ?",
-                    [(lease, lo, hi) for lo, hi in _runs(r[0] for r in rows)],
+                    [(lease, lo, hi) for lo, hi in _runs([r[0] for r in rows])],
                 )
                 if len(self._memo) + len(rows) > MEMO_MAX:
                     self._memo.clear()
@@ -374,28 +374,39 @@ class SqliteQueue:
         others by id. With ``strict``, raises :class:`UnknownTask` (naming up to five) if the queue lacks any;
         else leaves them out."""
         ids = list(dict.fromkeys(task_ids))
-        by_shard = {self._memo[tid]: tid for tid in ids if tid in self._memo}
-        found = {}
-        for lo, hi in _runs(sorted(by_shard)):
-            for shard, state, lease, holder in self._db.execute(_BY_SHARDS, (lo, hi)):
-                found[by_shard[shard]] = (shard, state, lease, holder)
-        if len(found) < len(ids):
-            others = json.dumps([tid for tid in ids if tid not in found])
-            for tid, shard, state, lease, holder in self._db.execute(_LOOKUP, (others,)):
-                found[tid] = (shard, state, lease, holder)
+        by_shard = {}
+        for tid in ids:
+            if (shard := self._memo.get(tid)) is not None:
+                by_shard[shard] = tid
+        found: dict[str, tuple[int, str, int | None, str | None]] = {
+            by_shard[row[0]]: row
+            for lo, hi in _runs(sorted(by_shard))
+            for row in self._db.execute(_BY_SHARDS, (lo, hi))
+        }
+        if len(found) == len(ids):
+            return found
+        others = json.dumps([tid for tid in ids if tid not in found])
+        for row in self._db.execute(_LOOKUP, (others,)):
+            found[row[0]] = row[1:]
         missing = [tid for tid in ids if tid not in found]
         if missing and strict:
             raise UnknownTask(f"{self.path}: no such task: {', '.join(missing[:5])}")
         return found
 
 
-def _runs(shards: Iterable[int]) -> list[tuple[int, int]]:
-    """Ascending ``shards`` as runs of consecutive numbers, ``[(first, last), ...]``: a batch of new tasks is
-    one run, so one statement execution updates it."""
+def _runs(shards: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending, distinct ``shards`` as runs of consecutive numbers, ``[(first, last), ...]``: a batch of new
+    tasks is one run, so one statement execution updates it."""
+    if not shards:
+        return []
+    if shards[-1] - shards[0] == len(shards) - 1:  # one run: the common case, found without a loop
+        return [(shards[0], shards[-1])]
     runs: list[tuple[int, int]] = []
-    for shard in shards:
-        if runs and shard == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], shard)
-        else:
-            runs.append((shard, shard))
+    first = last = shards[0]
+    for shard in shards[1:]:
+        if shard != last + 1:
+            runs.append((first, last))
+            first = shard
+        last = shard
+    runs.append((first, last))
     return runs
