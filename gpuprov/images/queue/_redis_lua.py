@@ -39,24 +39,45 @@ LAYOUT = 2
 its worker in ``owner``, ``solo`` a set) is converted by :data:`OPEN`."""
 
 _COMMON = """
-local CHUNK = 1000
+local CHUNK = 1000  -- even: HSET and ZADD take pairs
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- state changes; the counts hash is written once per state by counted() (every script returns through it)
+local delta = {}
 local function move(id, from, to)
-  redis.call('HINCRBY', KEYS[7], from, -1)
-  redis.call('HINCRBY', KEYS[7], to, 1)
+  delta[from] = (delta[from] or 0) - 1
+  delta[to] = (delta[to] or 0) + 1
   redis.call('HSET', KEYS[3], id, to)
 end
+local function counted(reply)
+  for state, n in pairs(delta) do
+    if n ~= 0 then redis.call('HINCRBY', KEYS[7], state, n) end
+  end
+  return reply
+end
+local function shard_in(record)
+  -- a task record starts {"shard":N, (SUBMIT writes it so)
+  return tonumber(string.match(record, '^{"shard":(%d+),'))
+end
 local function shard_of(id)
-  return cjson.decode(redis.call('HGET', KEYS[2], id))['shard']
+  return shard_in(redis.call('HGET', KEYS[2], id))
 end
 -- one call per CHUNK arguments (Lua's unpack has a limit)
 local function many(cmd, key, args)
   for i = 1, #args, CHUNK do
     redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
   end
+end
+-- the values of fields ids of hash key, in order (false for a missing one), one HMGET per CHUNK ids
+local function hmget(key, ids)
+  local out = {}
+  for i = 1, #ids, CHUNK do
+    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
 end
 local function new_lease(worker, expires, solo, ids)
   local lease = redis.call('INCR', KEYS[16])
@@ -72,27 +93,34 @@ local function drop_lease(lease)
   redis.call('ZREM', KEYS[6], lease)
   redis.call('HDEL', KEYS[13], lease .. ':w', lease .. ':n', lease .. ':s', lease .. ':ids')
 end
--- the task leaves its lease (done, failed, retried); the lease goes with its last task
-local function leave(id)
-  local lease = redis.call('HGET', KEYS[5], id)
-  if not lease then return end
-  redis.call('HDEL', KEYS[5], id)
-  if redis.call('HINCRBY', KEYS[13], lease .. ':n', -1) <= 0 then drop_lease(lease) end
+-- the tasks leave their leases (done, failed, retried); a lease goes with its last task
+local function leave(ids)
+  local held, per = {}, {}
+  local leases = hmget(KEYS[5], ids)
+  for i, id in ipairs(ids) do
+    local lease = leases[i]
+    if lease then
+      held[#held + 1] = id
+      per[lease] = (per[lease] or 0) + 1
+    end
+  end
+  many('HDEL', KEYS[5], held)
+  for lease, n in pairs(per) do
+    if redis.call('HINCRBY', KEYS[13], lease .. ':n', -n) <= 0 then drop_lease(lease) end
+  end
 end
 -- the worker holding the task's live (perhaps expired, not yet freed) lease, or false
 local function holder(id)
   local lease = redis.call('HGET', KEYS[5], id)
   return lease and redis.call('HGET', KEYS[13], lease .. ':w')
 end
-local function retire(ids, group)
-  -- leave the consumer group's PEL and the stream (tasks done, failed or dead)
+local function retire(ids, group, shards)
+  -- leave the consumer group's PEL and the stream (tasks done, failed or dead); shards: theirs, if known
+  leave(ids)
+  many('ZREM', KEYS[14], ids)
+  many('ZREM', KEYS[15], ids)
   local eids = {}
-  for _, id in ipairs(ids) do
-    leave(id)
-    redis.call('ZREM', KEYS[14], id)
-    redis.call('ZREM', KEYS[15], id)
-    eids[#eids + 1] = shard_of(id) .. '-1'
-  end
+  for i, id in ipairs(ids) do eids[#eids + 1] = (shards and shards[i] or shard_of(id)) .. '-1' end
   for i = 1, #eids, CHUNK do
     local part = {unpack(eids, i, math.min(i + CHUNK - 1, #eids))}
     redis.call('XACK', KEYS[1], group, unpack(part))
@@ -211,14 +239,29 @@ else
     end
   end
   if #ids < k then
+    -- never delivered, so pending and never claimed: their first attempt, written for the batch at once
     local res = redis.call('XREADGROUP', 'GROUP', group, worker, 'COUNT', k - #ids, 'STREAMS', KEYS[1], '>')
-    if res then
-      for _, entry in ipairs(res[1][2]) do take(entry[2][2], false) end
+    local fresh, firsts, leased = {}, {}, {}
+    for _, entry in ipairs(res and res[1][2] or {}) do fresh[#fresh + 1] = entry[2][2] end
+    local records = hmget(KEYS[2], fresh)
+    for i, id in ipairs(fresh) do
+      firsts[#firsts + 1] = id
+      firsts[#firsts + 1] = 1
+      leased[#leased + 1] = id
+      leased[#leased + 1] = 'leased'
+      out[#out + 1] = id
+      out[#out + 1] = records[i]
+      out[#out + 1] = 1
+      ids[#ids + 1] = id
     end
+    many('HSET', KEYS[4], firsts)
+    many('HSET', KEYS[3], leased)
+    delta['pending'] = (delta['pending'] or 0) - #fresh
+    delta['leased'] = (delta['leased'] or 0) + #fresh
   end
 end
 if #ids > 0 then new_lease(worker, now + lease, #ids == 1 and 1 or 0, ids) end
-return out
+return counted(out)
 """
 )
 
@@ -255,31 +298,43 @@ COMPLETE = (
     _COMMON
     + """
 local group = ARGV[1]
-for i = 2, #ARGV, 2 do
-  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then return redis.error_reply('UNKNOWN ' .. ARGV[i]) end
+local named = {}
+for i = 2, #ARGV, 2 do named[#named + 1] = ARGV[i] end
+local states = hmget(KEYS[3], named)
+for i = 1, #named do
+  if not states[i] then return redis.error_reply('UNKNOWN ' .. named[i]) end
 end
-local rows, ids, by_shard, seen = {}, {}, {}, {}
-for i = 2, #ARGV, 2 do
-  local id = ARGV[i]
-  local st = redis.call('HGET', KEYS[3], id)
+local rows, ids, was, seen = {}, {}, {}, {}
+for i = 1, #named do
+  local id, st = named[i], states[i]
   if st ~= 'done' and not seen[id] then
     seen[id] = true
     rows[#rows + 1] = id
-    rows[#rows + 1] = ARGV[i + 1]
+    rows[#rows + 1] = ARGV[2 * i + 1]
     ids[#ids + 1] = id
-    by_shard[#by_shard + 1] = shard_of(id)
-    by_shard[#by_shard + 1] = id
-    if st == 'failed' or st == 'dead' then
-      redis.call('HDEL', KEYS[10], id)
-      redis.call('ZREM', KEYS[11], id)
-    end
-    move(id, st, 'done')
+    was[#ids] = st
   end
 end
-retire(ids, group)
+local records = hmget(KEYS[2], ids)
+local shards, by_shard, done = {}, {}, {}
+for i, id in ipairs(ids) do
+  shards[i] = shard_in(records[i])
+  by_shard[#by_shard + 1] = shards[i]
+  by_shard[#by_shard + 1] = id
+  done[#done + 1] = id
+  done[#done + 1] = 'done'
+  if was[i] == 'failed' or was[i] == 'dead' then
+    redis.call('HDEL', KEYS[10], id)
+    redis.call('ZREM', KEYS[11], id)
+  end
+  delta[was[i]] = (delta[was[i]] or 0) - 1
+end
+delta['done'] = (delta['done'] or 0) + #ids
+many('HSET', KEYS[3], done)
+retire(ids, group, shards)
 many('HSET', KEYS[8], rows)
 many('ZADD', KEYS[9], by_shard)
-return #ids
+return counted(#ids)
 """
 )
 
@@ -299,11 +354,11 @@ elseif a >= maxa then
   bury(id, 'dead', reason .. ' (after ' .. a .. ' of ' .. maxa .. ' attempts)', group)
 else
   -- stays in the PEL; the next claim takes it before new entries
-  leave(id)
+  leave({id})
   redis.call('ZADD', KEYS[15], shard_of(id), id)
   move(id, st, 'pending')
 end
-return 1
+return counted(1)
 """
 )
 
@@ -333,6 +388,6 @@ for _, id in ipairs(ids) do
     moved = moved + 1
   end
 end
-return moved
+return counted(moved)
 """
 )

@@ -21,6 +21,7 @@ stream name contains a ``{hash tag}``, since every script touches all of the que
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -149,21 +150,15 @@ class RedisQueue:
         return new
 
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
-        """See :meth:`Queue.claim`. An expired lease is reclaimed alone, then retried tasks, then new entries."""
+        """See :meth:`Queue.claim`. Expired leases are freed and one of their tasks is claimed alone; else retried
+        tasks, then new entries. The claimed tasks share one lease."""
         check_claim_args(worker, k, lease_s)
         flat = self._run("claim", [worker, k, _ms(lease_s), self.max_attempts])
-        tasks = []
-        for i in range(0, len(flat), 3):
-            record = load_json(flat[i + 1])
-            tasks.append(
-                Task(
-                    id=flat[i].decode(),
-                    shard=int(record["shard"]),
-                    payload=record["payload"],
-                    attempts=int(flat[i + 2]),
-                )
-            )
-        return tasks
+        records = json.loads(b"[" + b",".join(flat[1::3]) + b"]")  # one parse for the batch
+        return [
+            Task(tid.decode(), int(record["shard"]), record["payload"], int(attempts))
+            for tid, record, attempts in zip(flat[0::3], records, flat[2::3], strict=True)
+        ]
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
         """See :meth:`Queue.extend`."""
