@@ -52,12 +52,8 @@ from gpuprov.images.queue.base import (
 log = logging.getLogger(__name__)
 
 _PAGE = 1000
-_CLAIMABLE = "SELECT t.shard, i.id, i.payload, t.attempts FROM tasks t JOIN inputs i ON i.shard = t.shard WHERE "
-# id -> (shard, state, lease, the lease's worker); the ids come as one JSON array
-_LOOKUP = (
-    "SELECT j.value, t.shard, t.state, t.lease, l.worker FROM json_each(?) j CROSS JOIN inputs i ON i.id = j.value"
-    " CROSS JOIN tasks t ON t.shard = i.shard LEFT JOIN leases l ON l.lease = t.lease"
-)
+# id -> shard, for ids that come as one JSON array
+_BY_ID = "SELECT j.value, i.shard FROM json_each(?) j CROSS JOIN inputs i ON i.id = j.value"
 _BY_SHARDS = (
     "SELECT t.shard, t.state, t.lease, l.worker FROM tasks t LEFT JOIN leases l ON l.lease = t.lease"
     " WHERE t.shard >= ? AND t.shard <= ?"
@@ -149,34 +145,46 @@ class SqliteQueue:
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
         """See :meth:`Queue.claim`. Expired leases are freed (all their tasks at once) and one of their tasks is
         claimed alone, before any other; else tasks put back (retried) and then new ones, lowest shard first.
-        The claimed tasks share one lease row."""
+        The claimed tasks share one lease row. Under the write lock only the task rows change; their ids and
+        payloads, which never change, are read after the commit."""
         check_claim_args(worker, k, lease_s)
         with self._tx():
             now = time.time()
             self._free_expired(now)
-            rows = self._db.execute(_CLAIMABLE + "t.state = 'expired' ORDER BY t.shard LIMIT 1").fetchall()
-            if not rows:  # else the task of an expired lease goes alone
-                rows = self._requeued(k)
-                if len(rows) < k:
-                    rows += self._new(k - len(rows))
-            if rows:
+            taken = self._db.execute(
+                "SELECT shard, attempts FROM tasks WHERE state = 'expired' ORDER BY shard LIMIT 1"
+            ).fetchall()
+            if not taken:  # else the task of an expired lease goes alone
+                taken = self._requeued(k)
+                if len(taken) < k:
+                    taken += self._new(k - len(taken))
+            if taken:
                 lease = self._db.execute(
                     "INSERT INTO leases (worker, expires, solo) VALUES (?, ?, ?)",
-                    (worker, now + lease_s, int(len(rows) == 1)),
+                    (worker, now + lease_s, int(len(taken) == 1)),
                 ).lastrowid
                 self._db.executemany(
                     "UPDATE tasks SET state = 'leased', attempts = attempts + 1, lease = ?"
                     " WHERE shard >= ? AND shard <= ?",
-                    [(lease, lo, hi) for lo, hi in _runs([r[0] for r in rows])],
+                    [(lease, lo, hi) for lo, hi in _runs([shard for shard, _ in taken])],
                 )
-                if len(self._memo) + len(rows) > MEMO_MAX:
-                    self._memo.clear()
-                self._memo.update((tid, shard) for shard, tid, _, _ in rows)
-        # payloads are parsed after the commit, outside the write lock, in one call
-        payloads = json.loads(f"[{','.join(r[2] for r in rows)}]")
+        if not taken:
+            return []
+        with self._lock:
+            rows = [
+                row
+                for lo, hi in _runs([shard for shard, _ in taken])
+                for row in self._db.execute(
+                    "SELECT shard, id, payload FROM inputs WHERE shard >= ? AND shard <= ?", (lo, hi)
+                )
+            ]
+            if len(self._memo) + len(rows) > MEMO_MAX:
+                self._memo.clear()
+            self._memo.update((tid, shard) for shard, tid, _ in rows)
+        payloads = json.loads(f"[{','.join(r[2] for r in rows)}]")  # one parse for the batch
         return [
             Task(tid, shard, payload, attempts + 1)  # positional: half the time of keywords, for 1000s of tasks
-            for (shard, tid, _, attempts), payload in zip(rows, payloads, strict=True)
+            for (shard, tid, _), (_, attempts), payload in zip(rows, taken, payloads, strict=True)
         ]
 
     def _free_expired(self, now: float) -> None:
@@ -195,37 +203,41 @@ class SqliteQueue:
             self._db.execute("UPDATE tasks SET state = 'expired', lease = NULL WHERE lease = ?", (lease,))
             self._db.execute("DELETE FROM leases WHERE lease = ?", (lease,))
 
-    def _requeued(self, k: int) -> list[tuple[int, str, str, int]]:
-        """Up to ``k`` tasks put back to pending (retried), lowest shard first; those that used their attempts
-        (retried that often, or ``max_attempts`` lowered since) are dead instead."""
-        taken: list[tuple[int, str, str, int]] = []
+    def _requeued(self, k: int) -> list[tuple[int, int]]:
+        """``(shard, attempts)`` of up to ``k`` tasks put back to pending (retried), lowest shard first; those that
+        used their attempts (retried that often, or ``max_attempts`` lowered since) are dead instead."""
+        taken: list[tuple[int, int]] = []
         after = -1
         while len(taken) < k:
             rows = self._db.execute(
-                _CLAIMABLE + "t.state = 'pending' AND t.shard > ? ORDER BY t.shard LIMIT ?", (after, k - len(taken))
+                "SELECT shard, attempts FROM tasks WHERE state = 'pending' AND shard > ? ORDER BY shard LIMIT ?",
+                (after, k - len(taken)),
             ).fetchall()
             if not rows:
                 break
             after = rows[-1][0]
-            for row in rows:
-                if row[3] >= self.max_attempts:
+            for shard, attempts in rows:
+                if attempts >= self.max_attempts:
                     self._db.execute(
                         "UPDATE tasks SET state = 'dead', reason = ? WHERE shard = ?",
-                        (f"retried after {row[3]} of {self.max_attempts} attempts", row[0]),
+                        (f"retried after {attempts} of {self.max_attempts} attempts", shard),
                     )
                 else:
-                    taken.append(row)
+                    taken.append((shard, attempts))
         return taken
 
-    def _new(self, k: int) -> list[tuple[int, str, str, int]]:
-        """Up to ``k`` never-claimed tasks from the cursor on (one run of shards); moves the cursor past them."""
-        (cursor,) = self._db.execute("SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'cursor'").fetchone()
-        rows: list[tuple[int, str, str, int]] = self._db.execute(
-            _CLAIMABLE + "t.shard >= ? ORDER BY t.shard LIMIT ?", (cursor, k)
-        ).fetchall()
-        if rows:
-            self._db.execute("UPDATE meta SET value = ? WHERE name = 'cursor'", (str(rows[-1][0] + 1),))
-        return rows
+    def _new(self, k: int) -> list[tuple[int, int]]:
+        """``(shard, 0)`` of up to ``k`` never-claimed tasks: the shards from the cursor on, which are all new (shards
+        are dense); moves the cursor past them."""
+        cursor, top = self._db.execute(
+            "SELECT CAST(value AS INTEGER), (SELECT COALESCE(MAX(shard), -1) FROM tasks)"
+            " FROM meta WHERE name = 'cursor'"
+        ).fetchone()
+        last = min(cursor + k - 1, top)
+        if last < cursor:
+            return []
+        self._db.execute("UPDATE meta SET value = ? WHERE name = 'cursor'", (str(last + 1),))
+        return [(shard, 0) for shard in range(cursor, last + 1)]
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
         """See :meth:`Queue.extend`. A lease all of whose tasks are named is renewed with one update of its row;
@@ -252,31 +264,42 @@ class SqliteQueue:
                 )
 
     def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
-        """See :meth:`Queue.complete`. The new rows are written with one statement."""
+        """See :meth:`Queue.complete`. The new rows are written with one statement; the tasks' shards, which never
+        change, are looked up before the write lock is taken."""
         rows = [(tid, dump_json(row, "result row")) for tid, row in results]
         if not rows:
             return 0
+        with self._lock:
+            shards = self._shards([tid for tid, _ in rows])
+        new: dict[int, str] = {}
+        for tid, row in rows:
+            new.setdefault(shards[tid], row)  # the first row of a task named twice
+        runs = _runs(sorted(new))
         with self._tx():
-            found = self._find([tid for tid, _ in rows])
-            new: dict[int, str] = {}
-            leases = set()
-            for tid, row in rows:
-                shard, state, lease, _ = found[tid]
-                if state != "done" and shard not in new:  # a done task has its row (written in one transaction)
-                    new[shard] = row
-                    if lease is not None:
-                        leases.add(lease)
-            self._db.executemany("INSERT INTO results (shard, row) VALUES (?, ?)", new.items())
+            before = self._db.total_changes
+            # a task that is done has its row (both are written in one transaction): it is ignored here
+            self._db.executemany("INSERT OR IGNORE INTO results (shard, row) VALUES (?, ?)", new.items())
+            added = self._db.total_changes - before
+            leases = {
+                lease
+                for lo, hi in runs
+                for (lease,) in self._db.execute(
+                    "SELECT DISTINCT lease FROM tasks NOT INDEXED"  # by the range of shards, not all leased tasks
+                    " WHERE shard >= ? AND shard <= ? AND lease IS NOT NULL",
+                    (lo, hi),
+                )
+            }
             self._db.executemany(
-                "UPDATE tasks SET state = 'done', lease = NULL, reason = NULL WHERE shard >= ? AND shard <= ?",
-                _runs(sorted(new)),
+                "UPDATE tasks SET state = 'done', lease = NULL, reason = NULL"
+                " WHERE shard >= ? AND shard <= ? AND state != 'done'",
+                runs,
             )
             self._db.executemany(_DROP_EMPTY_LEASE, [(lease, lease) for lease in leases])
-            for tid, _ in rows:
+            for tid in shards:
                 self._memo.pop(tid, None)
-        if len(new) < len(rows):
-            log.debug("worker %s: %d of %d completions were already recorded", worker, len(rows) - len(new), len(rows))
-        return len(new)
+        if added < len(rows):
+            log.debug("worker %s: %d of %d completions were already recorded", worker, len(rows) - added, len(rows))
+        return added
 
     def fail(self, worker: str, task_id: str, reason: str, *, retry: bool) -> None:
         """See :meth:`Queue.fail`. The task leaves its lease; the rest of its batch keeps it."""
@@ -369,29 +392,26 @@ class SqliteQueue:
                 self._lock_file.close()
                 self._lock_file = None
 
-    def _find(self, task_ids: Sequence[str], strict: bool = True) -> dict[str, tuple[int, str, int | None, str | None]]:
-        """``id -> (shard, state, lease, the lease's worker)`` for ``task_ids``: those this object claimed by shard,
-        others by id. With ``strict``, raises :class:`UnknownTask` (naming up to five) if the queue lacks any;
-        else leaves them out."""
+    def _shards(self, task_ids: Sequence[str], strict: bool = True) -> dict[str, int]:
+        """``id -> shard`` for ``task_ids``: from the claims of this object, else looked up by id. With ``strict``,
+        raises :class:`UnknownTask` (naming up to five) if the queue lacks any; else leaves them out."""
         ids = list(dict.fromkeys(task_ids))
-        by_shard = {}
-        for tid in ids:
-            if (shard := self._memo.get(tid)) is not None:
-                by_shard[shard] = tid
-        found: dict[str, tuple[int, str, int | None, str | None]] = {
+        found = {tid: shard for tid in ids if (shard := self._memo.get(tid)) is not None}
+        if len(found) < len(ids):
+            found.update(self._db.execute(_BY_ID, (json.dumps([tid for tid in ids if tid not in found]),)))
+            missing = [tid for tid in ids if tid not in found]
+            if missing and strict:
+                raise UnknownTask(f"{self.path}: no such task: {', '.join(missing[:5])}")
+        return found
+
+    def _find(self, task_ids: Sequence[str], strict: bool = True) -> dict[str, tuple[int, str, int | None, str | None]]:
+        """``id -> (shard, state, lease, the lease's worker)`` for ``task_ids``; ``strict`` as for :meth:`_shards`."""
+        by_shard = {shard: tid for tid, shard in self._shards(task_ids, strict).items()}
+        return {
             by_shard[row[0]]: row
             for lo, hi in _runs(sorted(by_shard))
             for row in self._db.execute(_BY_SHARDS, (lo, hi))
         }
-        if len(found) == len(ids):
-            return found
-        others = json.dumps([tid for tid in ids if tid not in found])
-        for row in self._db.execute(_LOOKUP, (others,)):
-            found[row[0]] = row[1:]
-        missing = [tid for tid in ids if tid not in found]
-        if missing and strict:
-            raise UnknownTask(f"{self.path}: no such task: {', '.join(missing[:5])}")
-        return found
 
 
 def _runs(shards: Sequence[int]) -> list[tuple[int, int]]:
