@@ -6,8 +6,9 @@ batch rewrites few database pages:
 * ``inputs`` (shard INTEGER PRIMARY KEY, id UNIQUE, payload): written once, at submit.
 * ``tasks`` (shard INTEGER PRIMARY KEY, state, attempts, lease, reason): a few bytes per task, so a batch's
   rows share a few pages. ``state`` is one of :data:`gpuprov.images.queue.base.STATES` or, internally,
-  ``new`` (never claimed: every shard from the ``cursor`` in ``meta`` on, counted as pending) or ``expired``
-  (its lease expired and was freed; waiting to be claimed alone, counted as leased).
+  ``new`` (never claimed, counted as pending: from the ``cursor`` in ``meta`` on, every task is new but one
+  completed before anyone claimed it) or ``expired`` (its lease expired and was freed; waiting to be claimed
+  alone, counted as leased).
 * ``leases`` (lease INTEGER PRIMARY KEY, worker, expires, solo): one row per claimed batch; a leased task's
   ``lease`` points at it (``state = 'leased'`` exactly when ``lease`` is set). ``solo`` is 1 for a claim that
   returned one task.

@@ -227,17 +227,15 @@ class SqliteQueue:
         return taken
 
     def _new(self, k: int) -> list[tuple[int, int]]:
-        """``(shard, 0)`` of up to ``k`` never-claimed tasks: the shards from the cursor on, which are all new (shards
-        are dense); moves the cursor past them."""
-        cursor, top = self._db.execute(
-            "SELECT CAST(value AS INTEGER), (SELECT COALESCE(MAX(shard), -1) FROM tasks)"
-            " FROM meta WHERE name = 'cursor'"
-        ).fetchone()
-        last = min(cursor + k - 1, top)
-        if last < cursor:
-            return []
-        self._db.execute("UPDATE meta SET value = ? WHERE name = 'cursor'", (str(last + 1),))
-        return [(shard, 0) for shard in range(cursor, last + 1)]
+        """``(shard, 0)`` of up to ``k`` never-claimed tasks, lowest shard first: from the cursor on, every task is new
+        but one completed unclaimed; moves the cursor past them."""
+        (cursor,) = self._db.execute("SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'cursor'").fetchone()
+        shards = self._db.execute(
+            "SELECT shard FROM tasks WHERE shard >= ? AND state = 'new' ORDER BY shard LIMIT ?", (cursor, k)
+        ).fetchall()
+        if shards:
+            self._db.execute("UPDATE meta SET value = ? WHERE name = 'cursor'", (str(shards[-1][0] + 1),))
+        return [(shard, 0) for (shard,) in shards]
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
         """See :meth:`Queue.extend`. A lease all of whose tasks are named is renewed with one update of its row;
@@ -325,13 +323,14 @@ class SqliteQueue:
         """See :meth:`Queue.stats`. Counts from the partial indexes and the cursor (done is what is left), so the
         cost grows with the open and failed tasks, not with the queue."""
         with self._lock:
+            # from the cursor on, a task is new or (completed unclaimed) done
             total, new, pending, leased, expired = self._db.execute(
-                "SELECT (SELECT COALESCE(MAX(shard) + 1, 0) FROM tasks),"
-                " (SELECT COALESCE(MAX(shard) + 1, 0) FROM tasks)"
-                "  - (SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'cursor'),"
+                "SELECT top, top - c.at - (SELECT COUNT(*) FROM results WHERE shard >= c.at),"
                 " (SELECT COUNT(*) FROM tasks WHERE state = 'pending'),"
                 " (SELECT COUNT(*) FROM tasks WHERE lease IS NOT NULL),"
                 " (SELECT COUNT(*) FROM tasks WHERE state = 'expired')"
+                " FROM (SELECT CAST(value AS INTEGER) AS at FROM meta WHERE name = 'cursor') c,"
+                " (SELECT COALESCE(MAX(shard) + 1, 0) AS top FROM tasks)"
             ).fetchone()
             ended = dict(
                 self._db.execute(

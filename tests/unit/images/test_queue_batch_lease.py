@@ -221,3 +221,14 @@ def test_sqlite_submit_and_retry_are_synced_the_rest_is_not(tmp_path: Path) -> N
         assert q._db.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
     finally:
         q.close()
+
+
+def test_a_task_completed_before_anyone_claimed_it_is_never_handed_out(queue: Queue) -> None:
+    queue.submit(_paths(4))
+    first = queue.claim("a", 1, 30)
+    assert queue.complete("b", [(task_id("/img/0002.png"), {"by": "b"})]) == 1
+    assert queue.stats() == QueueStats(pending=2, leased=1, done=1, failed=0, dead=0)
+    assert [t.shard for t in queue.claim("a", 4, 30)] == [1, 3]
+    assert queue.complete("a", [(t.id, {"by": "a"}) for t in first]) == 1
+    assert queue.stats() == QueueStats(pending=0, leased=2, done=2, failed=0, dead=0)
+    assert [s for s, _ in queue.results()] == [0, 2]
