@@ -5,8 +5,9 @@ The worker's main thread (:func:`gpuprov.images.worker.worker_main`) takes decod
 :func:`prefetch` threads - :func:`claims` claims and reads the next batch, :func:`decode_ahead` decodes
 it on a CUDA stream of its own - runs the task on each (:func:`process_batch`) and hands the result rows
 to the :class:`Committer` thread, which writes them to the queue. A :class:`LeaseKeeper` thread renews
-the leases of every task held meanwhile. With 8 processes per GPU the sqlite queue's write lock is what
-limits now (docs/benchmarks.md).
+the leases of every task held meanwhile (one lease per claimed batch). With 8 processes per GPU the sqlite
+queue's write lock was what limited them while the queue wrote a lease and a result row per task
+(docs/benchmarks.md).
 
 ``timing`` dicts add up the seconds each stage spent, by key: ``claim_s``, ``read_s``, ``decode_s``,
 ``task_s``, ``commit_s`` (and ``wait_s``, the main thread waiting for a decoded batch).
@@ -48,6 +49,7 @@ class Claimed:
 
 class LeaseKeeper(threading.Thread):
     """Renews the leases on every task this worker holds, for ``lease_s`` seconds every ``lease_s / 3`` seconds.
+    It names whole batches (those claimed and not yet released), so the queue renews each batch's one lease.
 
     :meth:`hold` adds task ids when they are claimed, :meth:`release` removes them once their results are
     written; :attr:`stop` ends the thread."""
@@ -267,10 +269,10 @@ class Committer(threading.Thread):
     written. Then a ``progress`` event is emitted with the counts written so far. At most ``depth``
     batches wait (:meth:`put` blocks beyond that). With several workers on one sqlite file the write
     lock is contended: on one H200, 4 workers per GPU spent ~12 of their ~25 s in ``complete``, most
-    of it waiting for the lock (docs/benchmarks.md) - time in which the GPU had no next batch from
-    that worker. A batch is acknowledged only once written: a worker killed before that loses nothing,
-    its leases expire and the tasks run again (outputs are idempotent). The first error stops the
-    writing and is raised by the next :meth:`put` or by :meth:`close`.
+    of it waiting for the lock, while the queue still wrote per task (docs/benchmarks.md) - time in which
+    the GPU had no next batch from that worker. A batch is acknowledged only once written: a worker killed
+    before that loses nothing, its leases expire and the tasks run again (outputs are idempotent). The
+    first error stops the writing and is raised by the next :meth:`put` or by :meth:`close`.
     """
 
     def __init__(

@@ -198,11 +198,15 @@ def task_id(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+# one for all (it keeps no state); a value that holds itself raises RecursionError instead of ValueError
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False, check_circular=False)
+
+
 def dump_json(value: dict[str, Any], what: str) -> str:
     """Compact, key-sorted JSON for a payload or row; raises :class:`QueueError` if it is not JSON-able."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise QueueError(f"{what} is not JSON-able: {exc}") from exc
 
 

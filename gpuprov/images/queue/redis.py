@@ -1,17 +1,19 @@
 """The multi-host queue: a Redis Stream read through a consumer group, driven by Lua scripts.
 
-Submit is ``XADD`` (entry id ``<shard>-1``, idempotent through a hash of task ids); claim takes
-expired leases first (``XCLAIM`` of their pending entries to the claiming consumer, ``RETRYCOUNT``
-= attempts) and then new entries (``XREADGROUP ... COUNT k``); complete is ``HSETNX`` of the
-result row plus ``XACK``; fail is ``XACK`` plus a failure record, or, to retry, leaves the entry
-pending with an expired lease. Each operation is one Lua script, so it is atomic and a client
-killed mid-call leaves nothing half done.
+Submit is ``XADD`` (entry id ``<shard>-1``, idempotent through a hash of task ids); claim frees expired leases
+and takes one of their tasks alone (``XCLAIM`` of its pending entry to the claiming consumer, ``RETRYCOUNT`` =
+attempts), else retried tasks and then new entries (``XREADGROUP ... COUNT k``); complete writes the batch's
+new result rows with one ``HSET`` and one ``XACK`` + ``XDEL`` of their entries; fail is ``XACK`` plus a failure
+record, or, to retry, leaves the entry pending and the task in the retried set. Each operation is one Lua script,
+so it is atomic and a client killed mid-call leaves nothing half done.
 
-Leases are per task: a sorted set of expiry times in milliseconds of the *Redis server's* clock
-(``TIME``), so hosts with skewed clocks agree. ``XAUTOCLAIM`` is not used for reclaiming, because
-its min-idle time is one value per call, while leases here are per claim (``claim(..., lease_s)``)
-and renewable (``extend``): a worker with a short lease would steal a long-leased task. Attempts
-are kept in a hash and mirrored into the PEL delivery counter.
+Leases are per claimed batch: a sorted set of lease expiry times in milliseconds of the *Redis server's* clock
+(``TIME``), so hosts with skewed clocks agree; each task points at its lease, extending a lease is one ``ZADD``,
+and an expired lease frees all its tasks at once (each is then claimed alone). ``XAUTOCLAIM`` is not used for
+reclaiming, because its min-idle time is one value per call, while leases here are per claim
+(``claim(..., lease_s)``) and renewable (``extend``): a worker with a short lease would steal a long-leased
+task. Attempts are kept in a hash and mirrored into the PEL delivery counter. The key layout is versioned
+(``<stream>:layout``); a queue of the per-task-lease layout of earlier gpuprov is converted when opened.
 
 Needs Redis >= 6.2 (tested with Debian bookworm's 7.0); not Redis Cluster unless the
 stream name contains a ``{hash tag}``, since every script touches all of the queue's keys.
@@ -19,13 +21,14 @@ stream name contains a ``{hash tag}``, since every script touches all of the que
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import redis as redis_lib
 
-from gpuprov.images.queue._redis_lua import CLAIM, COMPLETE, EXTEND, FAIL, KEY_NAMES, RETRY, SUBMIT
+from gpuprov.images.queue._redis_lua import CLAIM, COMPLETE, EXTEND, FAIL, KEY_NAMES, LAYOUT, OPEN, RETRY, SUBMIT
 from gpuprov.images.queue.base import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_ATTEMPTS,
@@ -82,6 +85,7 @@ class RedisQueue:
         self._scripts = {
             name: client.register_script(src)
             for name, src in (
+                ("open", OPEN),
                 ("submit", SUBMIT),
                 ("claim", CLAIM),
                 ("extend", EXTEND),
@@ -96,17 +100,27 @@ class RedisQueue:
                     f"redis stream {stream}: no such stream on that server (a mistyped ?stream= or "
                     "database?); `gpuprov images submit` creates it"
                 )
-            client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            try:
+                client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except redis_lib.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            old = [f"{stream}:{name}" for name in ("leases", "owner", "solo")]
+            layout = int(self._scripts["open"](keys=self._keys + old, args=[GROUP, LAYOUT]))
         except redis_lib.ResponseError as exc:
             if "out of range" in str(exc):  # the database number: above the server's `databases` or 2**31
                 raise QueueURLError(
                     f"redis stream {stream}: the database number is out of range ({exc}); use "
                     "0 to the server's `databases` - 1"
                 ) from exc
-            if "BUSYGROUP" not in str(exc):
-                raise QueueUnavailable(f"redis stream {stream}: cannot create consumer group: {exc}") from exc
+            raise QueueUnavailable(f"redis stream {stream}: cannot open the queue: {exc}") from exc
         except redis_lib.RedisError as exc:
             raise QueueUnavailable(f"redis stream {stream}: {exc}") from exc
+        if layout != LAYOUT:
+            raise QueueUnavailable(
+                f"redis stream {stream}: queue key layout {layout}, this gpuprov reads layouts 1 to {LAYOUT} (a queue "
+                "made by a later gpuprov: use that version, or submit the images to a new stream)"
+            )
 
     def _run(self, name: str, args: Sequence[str | int | float]) -> Any:
         try:
@@ -136,27 +150,21 @@ class RedisQueue:
         return new
 
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
-        """See :meth:`Queue.claim`. An expired lease is reclaimed alone, then retried tasks, then new entries."""
+        """See :meth:`Queue.claim`. Expired leases are freed and one of their tasks is claimed alone; else retried
+        tasks, then new entries. The claimed tasks share one lease."""
         check_claim_args(worker, k, lease_s)
         flat = self._run("claim", [worker, k, _ms(lease_s), self.max_attempts])
-        tasks = []
-        for i in range(0, len(flat), 3):
-            record = load_json(flat[i + 1])
-            tasks.append(
-                Task(
-                    id=flat[i].decode(),
-                    shard=int(record["shard"]),
-                    payload=record["payload"],
-                    attempts=int(flat[i + 2]),
-                )
-            )
-        return tasks
+        records = json.loads(b"[" + b",".join(flat[1::3]) + b"]")  # one parse for the batch
+        return [
+            Task(tid.decode(), int(record["shard"]), record["payload"], int(attempts))
+            for tid, record, attempts in zip(flat[0::3], records, flat[2::3], strict=True)
+        ]
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
         """See :meth:`Queue.extend`."""
         check_claim_args(worker, 1, lease_s)
         if task_ids:
-            self._run("extend", [worker, _ms(lease_s), *task_ids])
+            self._run("extend", [worker, _ms(lease_s), *dict.fromkeys(task_ids)])
 
     def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
         """See :meth:`Queue.complete`."""

@@ -4,6 +4,12 @@ Every state change is one sqlite transaction, so ``kill -9`` of any process at a
 the file consistent: a claim either happened (the lease is in the file and expires) or did not.
 Opening a queue never touches in-flight tasks; only leases past their expiry are reclaimable.
 
+Claims, leases and results move per batch: a claim takes its tasks in one statement per run of
+consecutive shards (new tasks are one run from the ``cursor``), writes one lease row that its tasks point
+at, and renewing the lease is one update of that row. A completion writes its result rows with one
+statement (``executemany``) and marks its tasks done by runs of shards. The tables are described in
+:mod:`gpuprov.images.queue._sqlite_schema`, the write lock in :mod:`gpuprov.images.queue._sqlite_lock`.
+
 Lease expiry times are wall-clock seconds (``time.time()``), because several processes compare
 them and a monotonic clock is per boot, not shared. A wall clock stepped forward expires leases
 early (a task is then processed twice, with one result row); stepped back, it delays reclaiming a
@@ -11,22 +17,14 @@ dead worker's tasks by the step. Keep hosts on NTP.
 
 One :class:`SqliteQueue` per process (never share one across ``fork``); it is safe to use from
 several threads of that process. The file must be on a local filesystem (WAL needs shared memory).
-
-Writers take ``flock(2)`` on ``<file>-lock`` before ``BEGIN IMMEDIATE``, trying again every 0.1-2 ms
-until the busy timeout. sqlite's own busy handler sleeps up to 100 ms between tries, so a waiter slept
-long after the lock was free: on one H200 with 8 workers per GPU (each claiming in one thread and
-committing in another) the workers waited 3-18 s for their next batch with sqlite's handler alone and
-2-4 s with a blocking flock (docs/benchmarks.md; this bounded form keeps the timeout and was measured
-on the CPU only). The kernel drops the lock of a killed process; a stopped (SIGSTOP) writer, or a child
-it forked that still holds the descriptor, makes the others give up after the busy timeout with
-:class:`QueueUnavailable`. Where the lock file cannot be opened, sqlite's busy handler alone serves.
+Written for sqlite 3.31 (Ubuntu 20.04's) and later, with its JSON functions (built in since sqlite 3.38;
+Debian's and Ubuntu's older packages have them); tested with 3.40.
 """
 
 from __future__ import annotations
 
-import fcntl
+import json
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -34,10 +32,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpuprov.images.queue._sqlite_lock import BUSY_TIMEOUT_S, Transaction, open_lock_file
+from gpuprov.images.queue._sqlite_schema import prepare
 from gpuprov.images.queue.base import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_ATTEMPTS,
-    QueueError,
     QueueStats,
     QueueUnavailable,
     Task,
@@ -46,40 +45,23 @@ from gpuprov.images.queue.base import (
     check_config,
     check_retry_states,
     dump_json,
-    load_json,
     task_id,
     task_key,
 )
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
-"""2 added ``tasks.solo``; a version-1 file is upgraded in place when opened."""
-BUSY_TIMEOUT_S = 30.0
 _PAGE = 1000
-_LEASE = "UPDATE tasks SET state = 'leased', attempts = ?, solo = ?, worker = ?, lease_expires = ? WHERE id = ?"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    shard INTEGER NOT NULL UNIQUE,
-    payload TEXT NOT NULL,
-    state TEXT NOT NULL DEFAULT 'pending'
-        CHECK (state IN ('pending', 'leased', 'done', 'failed', 'dead')),
-    attempts INTEGER NOT NULL DEFAULT 0,
-    solo INTEGER NOT NULL DEFAULT 0,
-    worker TEXT,
-    lease_expires REAL,
-    reason TEXT
-);
-CREATE INDEX IF NOT EXISTS tasks_state_shard ON tasks (state, shard);
-CREATE INDEX IF NOT EXISTS tasks_state_lease ON tasks (state, lease_expires);
-CREATE TABLE IF NOT EXISTS results (
-    task_id TEXT PRIMARY KEY REFERENCES tasks (id),
-    row TEXT NOT NULL
-);
-"""
+# id -> shard, for ids that come as one JSON array
+_BY_ID = "SELECT j.value, i.shard FROM json_each(?) j CROSS JOIN inputs i ON i.id = j.value"
+_BY_SHARDS = (
+    "SELECT t.shard, t.state, t.lease, l.worker FROM tasks t LEFT JOIN leases l ON l.lease = t.lease"
+    " WHERE t.shard >= ? AND t.shard <= ?"
+)
+_DROP_EMPTY_LEASE = "DELETE FROM leases WHERE lease = ? AND NOT EXISTS (SELECT 1 FROM tasks WHERE lease = ?)"
+MEMO_MAX = 1 << 17
+"""Most task ids whose shard a queue object remembers from its claims (then it forgets them all and looks them
+up in the file): more than the few batches a worker holds at once."""
 
 
 class SqliteQueue:
@@ -88,7 +70,8 @@ class SqliteQueue:
     ``max_attempts``: claims before a task is dead-lettered. ``lease_s``: the default lease in
     seconds, for callers that have none of their own. ``busy_timeout_s``: how long a transaction
     waits for another process's write lock before :class:`QueueUnavailable` is raised.
-    Raises :class:`QueueUnavailable` if the file cannot be opened or is not a gpuprov queue.
+    Raises :class:`QueueUnavailable` if the file cannot be opened, is not a gpuprov queue, or was written by a
+    later gpuprov (an earlier one's file is upgraded in place).
     """
 
     def __init__(
@@ -106,6 +89,9 @@ class SqliteQueue:
         self._lock = threading.Lock()
         self._busy_timeout_s = busy_timeout_s
         self._lock_file: BinaryIO | None = None  # opened once the file is known to be a queue
+        # id -> shard of the tasks this object claimed and has not completed or failed: shards never change, and a
+        # completion finds its tasks by shard (an integer key) instead of by id
+        self._memo: dict[str, int] = {}
         folder = self.path.resolve().parent  # a missing "rel/.." is taken lexically, as sqlite takes it
         if not folder.is_dir():
             raise QueueUnavailable(
@@ -115,157 +101,245 @@ class SqliteQueue:
         try:
             self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            try:
+                self._db.execute("SELECT json_array_length(?)", ("[]",))
+            except sqlite3.OperationalError as exc:
+                raise QueueUnavailable(
+                    f"{self.path}: this sqlite ({sqlite3.sqlite_version}) has no JSON functions ({exc}); the queue "
+                    "needs sqlite 3.38 or later, or an older one built with JSON1 (as Debian's and Ubuntu's are)"
+                ) from exc
             mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode != "wal":
                 raise QueueUnavailable(f"{self.path}: sqlite refused WAL mode (got {mode!r}); use a local filesystem")
             # NORMAL is durable against a killed process (the WAL is in the OS cache); a power
-            # loss may drop the last transactions, which only means some tasks run again.
+            # loss may drop the last transactions, which only means some tasks run again (docs/queues.md).
             self._db.execute("PRAGMA synchronous = NORMAL")
             with self._tx():
-                for statement in _statements():
-                    self._db.execute(statement)
-                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-                (version,) = self._db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
-                if version == "1":  # a queue of the previous gpuprov: its tasks were never claimed alone
-                    self._db.execute("ALTER TABLE tasks ADD COLUMN solo INTEGER NOT NULL DEFAULT 0")
-                    self._db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (str(SCHEMA_VERSION),))
-                    version = str(SCHEMA_VERSION)
-            if version != str(SCHEMA_VERSION):
-                raise QueueUnavailable(f"{self.path}: queue schema {version}, this gpuprov reads {SCHEMA_VERSION}")
+                prepare(self._db)
+        except ValueError as exc:
+            raise QueueUnavailable(f"{self.path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise QueueUnavailable(f"{self.path}: cannot open the sqlite queue: {exc}") from exc
-        self._lock_file = _open_lock_file(self.path)
+        self._lock_file = open_lock_file(self.path)
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self._lock, self.path, self._lock_file, self._busy_timeout_s)
+    def _tx(self, durable: bool = False) -> Transaction:
+        return Transaction(self._db, self._lock, self.path, self._lock_file, self._busy_timeout_s, durable)
 
     def submit(self, payloads: Iterable[dict[str, Any]]) -> int:
-        """See :meth:`Queue.submit`."""
+        """See :meth:`Queue.submit`. One statement for all the payloads; each new one takes the next shard. On disk
+        when it returns (a power loss cannot take it back)."""
         rows = [(task_id(task_key(p)), dump_json(p, "task payload")) for p in payloads]
-        new = 0
-        with self._tx():
-            (shard,) = self._db.execute("SELECT COALESCE(MAX(shard) + 1, 0) FROM tasks").fetchone()
-            for tid, payload in rows:
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO tasks (id, shard, payload) VALUES (?, ?, ?)", (tid, shard, payload)
-                )
-                if cur.rowcount == 1:
-                    shard += 1
-                    new += 1
+        with self._tx(durable=True):
+            (first,) = self._db.execute("SELECT COALESCE(MAX(shard) + 1, 0) FROM inputs").fetchone()
+            before = self._db.total_changes
+            self._db.executemany(
+                "INSERT OR IGNORE INTO inputs (shard, id, payload)"
+                " SELECT (SELECT COALESCE(MAX(shard) + 1, 0) FROM inputs), ?, ?",
+                rows,
+            )
+            new = self._db.total_changes - before
+            self._db.execute("INSERT INTO tasks (shard) SELECT shard FROM inputs WHERE shard >= ?", (first,))
         log.debug("submitted %d new of %d tasks to %s", new, len(rows), self.path)
         return new
 
     def claim(self, worker: str, k: int, lease_s: float) -> list[Task]:
-        """See :meth:`Queue.claim`. An expired lease is reclaimed alone, before any pending task; pending
-        tasks go oldest shard first."""
+        """See :meth:`Queue.claim`. Expired leases are freed (all their tasks at once) and one of their tasks is
+        claimed alone, before any other; else tasks put back (retried) and then new ones, lowest shard first.
+        The claimed tasks share one lease row. Under the write lock only the task rows change; their ids and
+        payloads, which never change, are read after the commit."""
         check_claim_args(worker, k, lease_s)
-        raw: list[tuple[str, int, str, int]] = []
         with self._tx():
             now = time.time()
-            expires = now + lease_s
-            while True:
-                row = self._db.execute(
-                    "SELECT id, shard, payload, attempts, solo, worker FROM tasks"
-                    " WHERE state = 'leased' AND lease_expires <= ? ORDER BY shard LIMIT 1",
-                    (now,),
-                ).fetchone()
-                if row is None:
-                    break
-                tid, shard, payload, attempts, solo, holder = row
-                if solo and attempts >= self.max_attempts:
-                    self._bury(
-                        tid,
-                        f"lease of worker {holder} expired after {attempts} of {self.max_attempts} "
-                        "attempts, the last one alone in its claim",
-                    )
-                    continue
-                raw.append((tid, shard, payload, attempts + 1))
-                break
-            reclaimed = bool(raw)
-            while not reclaimed and len(raw) < k:
-                rows = self._db.execute(
-                    "SELECT id, shard, payload, attempts FROM tasks WHERE state = 'pending' ORDER BY shard LIMIT ?",
-                    (k - len(raw),),
-                ).fetchall()
-                if not rows:
-                    break
-                taken = []
-                for tid, shard, payload, attempts in rows:
-                    if attempts >= self.max_attempts:  # retried until its attempts ran out (max_attempts lowered)
-                        self._bury(tid, f"retried after {attempts} of {self.max_attempts} attempts")
-                    else:
-                        taken.append((tid, shard, payload, attempts + 1))
-                # one statement for the whole batch: the write lock is held for less time, which is what other
-                # workers on the same file wait for
-                self._db.executemany(_LEASE, [(n, 0, worker, expires, tid) for tid, _, _, n in taken])
-                raw += taken
-            if reclaimed or len(raw) == 1:  # alone in its claim: a crash of its worker is charged to it alone
-                ((tid, _, _, n),) = raw
-                self._db.execute(_LEASE, (n, 1, worker, expires, tid))
-        # payloads are parsed after the commit, outside the write lock
-        return [Task(id=tid, shard=shard, payload=load_json(payload), attempts=n) for tid, shard, payload, n in raw]
+            self._free_expired(now)
+            taken = self._db.execute(
+                "SELECT shard, attempts FROM tasks WHERE state = 'expired' ORDER BY shard LIMIT 1"
+            ).fetchall()
+            if not taken:  # else the task of an expired lease goes alone
+                taken = self._requeued(k)
+                if len(taken) < k:
+                    taken += self._new(k - len(taken))
+            if taken:
+                lease = self._db.execute(
+                    "INSERT INTO leases (worker, expires, solo) VALUES (?, ?, ?)",
+                    (worker, now + lease_s, int(len(taken) == 1)),
+                ).lastrowid
+                self._db.executemany(
+                    "UPDATE tasks SET state = 'leased', attempts = attempts + 1, lease = ?"
+                    " WHERE shard >= ? AND shard <= ?",
+                    [(lease, lo, hi) for lo, hi in _runs([shard for shard, _ in taken])],
+                )
+        if not taken:
+            return []
+        with self._lock:
+            rows = [
+                row
+                for lo, hi in _runs([shard for shard, _ in taken])
+                for row in self._db.execute(
+                    "SELECT shard, id, payload FROM inputs WHERE shard >= ? AND shard <= ?", (lo, hi)
+                )
+            ]
+            if len(self._memo) + len(rows) > MEMO_MAX:
+                self._memo.clear()
+            self._memo.update((tid, shard) for shard, tid, _ in rows)
+        payloads = json.loads(f"[{','.join(r[2] for r in rows)}]")  # one parse for the batch
+        return [
+            Task(tid, shard, payload, attempts + 1)  # positional: half the time of keywords, for 1000s of tasks
+            for (shard, tid, _), (_, attempts), payload in zip(rows, taken, payloads, strict=True)
+        ]
 
-    def _bury(self, tid: str, reason: str) -> None:
-        self._db.execute(
-            "UPDATE tasks SET state = 'dead', worker = NULL, lease_expires = NULL, reason = ? WHERE id = ?",
-            (reason, tid),
-        )
+    def _free_expired(self, now: float) -> None:
+        """Free every lease that expired by ``now``: its tasks wait to be claimed alone (``expired``), except
+        one that was claimed alone and used its last attempt: that one is dead."""
+        for lease, holder, solo in self._db.execute(
+            "SELECT lease, worker, solo FROM leases WHERE expires <= ?", (now,)
+        ).fetchall():
+            if solo:
+                self._db.execute(
+                    "UPDATE tasks SET state = 'dead', lease = NULL, reason = 'lease of worker ' || ?"
+                    " || ' expired after ' || attempts || ' of ' || ? || ' attempts, the last one alone in its claim'"
+                    " WHERE lease = ? AND attempts >= ?",
+                    (holder, self.max_attempts, lease, self.max_attempts),
+                )
+            self._db.execute("UPDATE tasks SET state = 'expired', lease = NULL WHERE lease = ?", (lease,))
+            self._db.execute("DELETE FROM leases WHERE lease = ?", (lease,))
+
+    def _requeued(self, k: int) -> list[tuple[int, int]]:
+        """``(shard, attempts)`` of up to ``k`` tasks put back to pending (retried), lowest shard first; those that
+        used their attempts (retried that often, or ``max_attempts`` lowered since) are dead instead."""
+        taken: list[tuple[int, int]] = []
+        after = -1
+        while len(taken) < k:
+            rows = self._db.execute(
+                "SELECT shard, attempts FROM tasks WHERE state = 'pending' AND shard > ? ORDER BY shard LIMIT ?",
+                (after, k - len(taken)),
+            ).fetchall()
+            if not rows:
+                break
+            after = rows[-1][0]
+            for shard, attempts in rows:
+                if attempts >= self.max_attempts:
+                    self._db.execute(
+                        "UPDATE tasks SET state = 'dead', reason = ? WHERE shard = ?",
+                        (f"retried after {attempts} of {self.max_attempts} attempts", shard),
+                    )
+                else:
+                    taken.append((shard, attempts))
+        return taken
+
+    def _new(self, k: int) -> list[tuple[int, int]]:
+        """``(shard, 0)`` of up to ``k`` never-claimed tasks, lowest shard first: from the cursor on, every task is new
+        but one completed unclaimed; moves the cursor past them."""
+        (cursor,) = self._db.execute("SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'cursor'").fetchone()
+        shards = self._db.execute(
+            "SELECT shard FROM tasks WHERE shard >= ? AND state = 'new' ORDER BY shard LIMIT ?", (cursor, k)
+        ).fetchall()
+        if shards:
+            self._db.execute("UPDATE meta SET value = ? WHERE name = 'cursor'", (str(shards[-1][0] + 1),))
+        return [(shard, 0) for (shard,) in shards]
 
     def extend(self, worker: str, task_ids: Sequence[str], lease_s: float) -> None:
-        """See :meth:`Queue.extend`."""
+        """See :meth:`Queue.extend`. A lease all of whose tasks are named is renewed with one update of its row;
+        tasks named from a lease whose other tasks are not move to a new lease of their own."""
         check_claim_args(worker, 1, lease_s)
         with self._tx():
             expires = time.time() + lease_s
-            self._db.executemany(
-                "UPDATE tasks SET lease_expires = ? WHERE id = ? AND state = 'leased' AND worker = ?",
-                [(expires, tid, worker) for tid in task_ids],
-            )
+            named: dict[int, list[int]] = {}
+            for shard, _, lease, holder in self._find(task_ids, strict=False).values():
+                if lease is not None and holder == worker:
+                    named.setdefault(lease, []).append(shard)
+            for lease, shards in named.items():
+                (held,) = self._db.execute("SELECT COUNT(*) FROM tasks WHERE lease = ?", (lease,)).fetchone()
+                if held == len(shards):
+                    self._db.execute("UPDATE leases SET expires = ? WHERE lease = ?", (expires, lease))
+                    continue
+                part = self._db.execute(
+                    "INSERT INTO leases (worker, expires, solo) SELECT worker, ?, solo FROM leases WHERE lease = ?",
+                    (expires, lease),
+                ).lastrowid
+                self._db.executemany(
+                    "UPDATE tasks SET lease = ? WHERE shard >= ? AND shard <= ? AND lease = ?",
+                    [(part, lo, hi, lease) for lo, hi in _runs(sorted(shards))],
+                )
 
     def complete(self, worker: str, results: Sequence[tuple[str, dict[str, Any]]]) -> int:
-        """See :meth:`Queue.complete`."""
+        """See :meth:`Queue.complete`. The new rows are written with one statement; the tasks' shards, which never
+        change, are looked up before the write lock is taken."""
         rows = [(tid, dump_json(row, "result row")) for tid, row in results]
+        if not rows:
+            return 0
+        with self._lock:
+            shards = self._shards([tid for tid, _ in rows])
+        new: dict[int, str] = {}
+        for tid, row in rows:
+            new.setdefault(shards[tid], row)  # the first row of a task named twice
+        runs = _runs(sorted(new))
         with self._tx():
-            self._require(tid for tid, _ in rows)
             before = self._db.total_changes
-            self._db.executemany("INSERT OR IGNORE INTO results (task_id, row) VALUES (?, ?)", rows)
-            new = self._db.total_changes - before
-            # a task with a result row is 'done' (both are written in one transaction), so marking every
-            # task of the batch changes only those whose result was new
+            # a task that is done has its row (both are written in one transaction): it is ignored here
+            self._db.executemany("INSERT OR IGNORE INTO results (shard, row) VALUES (?, ?)", new.items())
+            added = self._db.total_changes - before
+            leases = {
+                lease
+                for lo, hi in runs
+                for (lease,) in self._db.execute(
+                    "SELECT DISTINCT lease FROM tasks NOT INDEXED"  # by the range of shards, not all leased tasks
+                    " WHERE shard >= ? AND shard <= ? AND lease IS NOT NULL",
+                    (lo, hi),
+                )
+            }
             self._db.executemany(
-                "UPDATE tasks SET state = 'done', worker = NULL, lease_expires = NULL, reason = NULL"
-                " WHERE id = ? AND state != 'done'",
-                [(tid,) for tid, _ in rows],
+                "UPDATE tasks SET state = 'done', lease = NULL, reason = NULL"
+                " WHERE shard >= ? AND shard <= ? AND state != 'done'",
+                runs,
             )
-        if new < len(rows):
-            log.debug("worker %s: %d of %d completions were already recorded", worker, len(rows) - new, len(rows))
-        return new
+            self._db.executemany(_DROP_EMPTY_LEASE, [(lease, lease) for lease in leases])
+            for tid in shards:
+                self._memo.pop(tid, None)
+        if added < len(rows):
+            log.debug("worker %s: %d of %d completions were already recorded", worker, len(rows) - added, len(rows))
+        return added
 
     def fail(self, worker: str, task_id: str, reason: str, *, retry: bool) -> None:
-        """See :meth:`Queue.fail`."""
+        """See :meth:`Queue.fail`. The task leaves its lease; the rest of its batch keeps it."""
         with self._tx():
-            self._require([task_id])
-            row = self._db.execute(
-                "SELECT attempts FROM tasks WHERE id = ? AND state = 'leased' AND worker = ?", (task_id, worker)
-            ).fetchone()
-            if row is None:
+            shard, _, lease, holder = self._find([task_id])[task_id]
+            self._memo.pop(task_id, None)
+            if lease is None or holder != worker:
                 log.debug("worker %s does not hold task %s; fail ignored", worker, task_id)
                 return
+            (attempts,) = self._db.execute("SELECT attempts FROM tasks WHERE shard = ?", (shard,)).fetchone()
             if not retry:
                 state = "failed"
-            elif row[0] >= self.max_attempts:
-                state, reason = "dead", f"{reason} (after {row[0]} of {self.max_attempts} attempts)"
+            elif attempts >= self.max_attempts:
+                state, reason = "dead", f"{reason} (after {attempts} of {self.max_attempts} attempts)"
             else:
                 state = "pending"
             self._db.execute(
-                "UPDATE tasks SET state = ?, reason = ?, worker = NULL, lease_expires = NULL WHERE id = ?",
-                (state, reason, task_id),
+                "UPDATE tasks SET state = ?, reason = ?, lease = NULL WHERE shard = ?", (state, reason, shard)
             )
+            self._db.execute(_DROP_EMPTY_LEASE, (lease, lease))
 
     def stats(self) -> QueueStats:
-        """See :meth:`Queue.stats`."""
+        """See :meth:`Queue.stats`. Counts from the partial indexes and the cursor (done is what is left), so the
+        cost grows with the open and failed tasks, not with the queue."""
         with self._lock:
-            counts = dict(self._db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
-        return QueueStats(**{s: counts.get(s, 0) for s in ("pending", "leased", "done", "failed", "dead")})
+            # from the cursor on, a task is new or (completed unclaimed) done
+            total, new, pending, leased, expired = self._db.execute(
+                "SELECT top, top - c.at - (SELECT COUNT(*) FROM results WHERE shard >= c.at),"
+                " (SELECT COUNT(*) FROM tasks WHERE state = 'pending'),"
+                " (SELECT COUNT(*) FROM tasks WHERE lease IS NOT NULL),"
+                " (SELECT COUNT(*) FROM tasks WHERE state = 'expired')"
+                " FROM (SELECT CAST(value AS INTEGER) AS at FROM meta WHERE name = 'cursor') c,"
+                " (SELECT COALESCE(MAX(shard) + 1, 0) AS top FROM tasks)"
+            ).fetchone()
+            ended = dict(
+                self._db.execute(
+                    "SELECT state, COUNT(*) FROM tasks WHERE state IN ('failed', 'dead') GROUP BY state"
+                ).fetchall()
+            )
+        failed, dead = ended.get("failed", 0), ended.get("dead", 0)
+        open_ = new + pending + leased + expired
+        return QueueStats(new + pending, leased + expired, total - open_ - failed - dead, failed, dead)
 
     def results(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """See :meth:`Queue.results`. Reads in pages of 1000 rows, so a long iteration holds no lock."""
@@ -273,12 +347,10 @@ class SqliteQueue:
         while True:
             with self._lock:
                 page = self._db.execute(
-                    "SELECT t.shard, r.row FROM results r JOIN tasks t ON t.id = r.task_id"
-                    " WHERE t.shard > ? ORDER BY t.shard LIMIT ?",
-                    (after, _PAGE),
+                    "SELECT shard, row FROM results WHERE shard > ? ORDER BY shard LIMIT ?", (after, _PAGE)
                 ).fetchall()
-            for shard, row in page:
-                yield shard, load_json(row)
+            rows = json.loads(f"[{','.join(row for _, row in page)}]")
+            yield from zip((shard for shard, _ in page), rows, strict=True)
             if len(page) < _PAGE:
                 return
             after = page[-1][0]
@@ -287,25 +359,24 @@ class SqliteQueue:
         """See :meth:`Queue.failures`."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT shard, state, COALESCE(reason, ''), payload FROM tasks WHERE state IN ('failed', 'dead')"
-                " ORDER BY shard"
+                "SELECT t.shard, t.state, COALESCE(t.reason, ''), i.payload FROM tasks t JOIN inputs i"
+                " ON i.shard = t.shard WHERE t.state IN ('failed', 'dead') ORDER BY t.shard"
             ).fetchall()
-        yield from ((shard, state, reason, load_json(payload)) for shard, state, reason, payload in rows)
+        yield from ((shard, state, reason, json.loads(payload)) for shard, state, reason, payload in rows)
 
     def retry(self, states: Sequence[str], task_ids: Sequence[str] | None = None) -> int:
-        """See :meth:`Queue.retry`."""
+        """See :meth:`Queue.retry`. On disk when it returns."""
         check_retry_states(states)
-        marks = ",".join("?" * len(states))
         reset = (
-            "UPDATE tasks SET state = 'pending', attempts = 0, solo = 0, worker = NULL, lease_expires = NULL,"
-            f" reason = NULL WHERE state IN ({marks})"
+            "UPDATE tasks SET state = 'pending', attempts = 0, reason = NULL"
+            f" WHERE state IN ({','.join('?' * len(states))})"
         )
-        with self._tx():
+        with self._tx(durable=True):
             if task_ids is None:
                 return self._db.execute(reset, tuple(states)).rowcount
-            self._require(task_ids)
+            found = self._find(task_ids)
             before = self._db.total_changes
-            self._db.executemany(reset + " AND id = ?", [(*states, tid) for tid in task_ids])
+            self._db.executemany(reset + " AND shard = ?", [(*states, shard) for shard, *_ in found.values()])
             return self._db.total_changes - before
 
     def durability_warning(self) -> str | None:
@@ -320,114 +391,41 @@ class SqliteQueue:
                 self._lock_file.close()
                 self._lock_file = None
 
-    def _require(self, task_ids: Iterable[str]) -> None:
+    def _shards(self, task_ids: Sequence[str], strict: bool = True) -> dict[str, int]:
+        """``id -> shard`` for ``task_ids``: from the claims of this object, else looked up by id. With ``strict``,
+        raises :class:`UnknownTask` (naming up to five) if the queue lacks any; else leaves them out."""
         ids = list(dict.fromkeys(task_ids))
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            found = {r[0] for r in self._db.execute(f"SELECT id FROM tasks WHERE id IN ({marks})", chunk)}
-            missing = [tid for tid in chunk if tid not in found]
-            if missing:
+        found = {tid: shard for tid in ids if (shard := self._memo.get(tid)) is not None}
+        if len(found) < len(ids):
+            found.update(self._db.execute(_BY_ID, (json.dumps([tid for tid in ids if tid not in found]),)))
+            missing = [tid for tid in ids if tid not in found]
+            if missing and strict:
                 raise UnknownTask(f"{self.path}: no such task: {', '.join(missing[:5])}")
+        return found
+
+    def _find(self, task_ids: Sequence[str], strict: bool = True) -> dict[str, tuple[int, str, int | None, str | None]]:
+        """``id -> (shard, state, lease, the lease's worker)`` for ``task_ids``; ``strict`` as for :meth:`_shards`."""
+        by_shard = {shard: tid for tid, shard in self._shards(task_ids, strict).items()}
+        return {
+            by_shard[row[0]]: row
+            for lo, hi in _runs(sorted(by_shard))
+            for row in self._db.execute(_BY_SHARDS, (lo, hi))
+        }
 
 
-def _open_lock_file(path: Path) -> BinaryIO | None:
-    """``<path>-lock`` beside the real queue file (symbolic links followed), created with the queue
-    file's permissions and opened read-only (flock needs no more, so every user who can read the queue
-    can queue for it); None where it cannot be opened. Closed on exec, and when collected."""
-    real = Path(os.path.realpath(path))
-    lock = real.with_name(real.name + "-lock")
-    try:
-        mode = real.stat().st_mode & 0o666
-    except OSError:
-        mode = 0o644
-    try:
-        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        log.debug("no write-lock file %s (%s): sqlite's busy handler alone orders writers", lock, exc)
-        return None
-    return os.fdopen(fd, "rb", buffering=0)
-
-
-def _flock(lock: BinaryIO, timeout_s: float, path: Path) -> None:
-    """Take ``lock`` exclusively, trying every 0.1 ms doubling to 2 ms; :class:`QueueUnavailable` after
-    ``timeout_s`` seconds."""
-    deadline = time.monotonic() + timeout_s
-    pause = 0.0001
-    while True:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise QueueUnavailable(
-                    f"{path}: another process has held the queue's write lock for {timeout_s:g} s "
-                    "(a stopped or hung worker?)"
-                ) from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.002)
-
-
-def _statements() -> list[str]:
-    return [s.strip() for s in _SCHEMA.split(";") if s.strip()]
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) under the connection's thread lock
-    and the queue's ``flock`` (see the module docstring).
-
-    IMMEDIATE takes the write lock up front, so a claim's read and its updates see one state and k
-    tasks are leased atomically; other processes wait up to the busy timeout.
-    """
-
-    def __init__(
-        self,
-        db: sqlite3.Connection,
-        lock: threading.Lock,
-        path: Path,
-        lock_file: BinaryIO | None = None,
-        timeout_s: float = BUSY_TIMEOUT_S,
-    ) -> None:
-        self._db, self._lock, self._path, self._lock_file, self._timeout_s = db, lock, path, lock_file, timeout_s
-        self._flocked = False
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-        try:
-            if self._lock_file is not None:
-                _flock(self._lock_file, self._timeout_s, self._path)
-                self._flocked = True
-            self._db.execute("BEGIN IMMEDIATE")
-        except (sqlite3.Error, OSError) as exc:
-            self._unlock()
-            raise QueueUnavailable(f"{self._path}: cannot lock the sqlite queue: {exc}") from exc
-        except BaseException:  # QueueUnavailable from the flock wait, KeyboardInterrupt: never keep a lock
-            self._unlock()
-            raise
-
-    def _unlock(self) -> None:
-        try:
-            if self._flocked and self._lock_file is not None:
-                self._flocked = False
-                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
-        finally:
-            self._lock.release()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            if exc_type is None:
-                try:
-                    self._db.execute("COMMIT")
-                except sqlite3.Error as err:
-                    self._rollback()
-                    raise QueueError(f"{self._path}: commit failed: {err}") from err
-            else:
-                self._rollback()
-                if isinstance(exc, sqlite3.Error):
-                    raise QueueUnavailable(f"{self._path}: sqlite error: {exc}") from exc
-        finally:
-            self._unlock()
-
-    def _rollback(self) -> None:
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+def _runs(shards: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending, distinct ``shards`` as runs of consecutive numbers, ``[(first, last), ...]``: a batch of new
+    tasks is one run, so one statement execution updates it."""
+    if not shards:
+        return []
+    if shards[-1] - shards[0] == len(shards) - 1:  # one run: the common case, found without a loop
+        return [(shards[0], shards[-1])]
+    runs: list[tuple[int, int]] = []
+    first = last = shards[0]
+    for shard in shards[1:]:
+        if shard != last + 1:
+            runs.append((first, last))
+            first = shard
+        last = shard
+    runs.append((first, last))
+    return runs

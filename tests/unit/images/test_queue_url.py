@@ -167,7 +167,7 @@ def test_sqlite_lock_wait_is_bounded_and_never_leaves_a_lock_held(
     import fcntl
     import os
 
-    from gpuprov.images.queue import sqlite as sqlite_queue
+    from gpuprov.images.queue import _sqlite_lock as sqlite_lock
 
     path = tmp_path / "q.db"
     q = SqliteQueue(path, busy_timeout_s=0.3)
@@ -184,7 +184,7 @@ def test_sqlite_lock_wait_is_bounded_and_never_leaves_a_lock_held(
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sqlite_queue, "_flock", interrupted)
+    monkeypatch.setattr(sqlite_lock, "flock", interrupted)
     with pytest.raises(KeyboardInterrupt):
         q.submit([{"path": "/b.jpg"}])
     monkeypatch.undo()
@@ -277,4 +277,4 @@ def test_sqlite_queue_of_schema_1_is_upgraded_in_place(tmp_path: Path) -> None:
         assert (task.id, task.payload, task.attempts) == ("t0", {"path": "/img/a.png"}, 1)
     finally:
         q.close()
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("2",)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("3",)
