@@ -193,6 +193,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--images: expected at least 1")
     if args.model is not None and not args.model.is_file():
         ap.error(f"--model {args.model}: no such file; give a TorchScript file or use --make-model resnet50")
+    if args.work is not None and not args.work.is_dir():
+        ap.error(f"--work {args.work}: no such folder; give an existing folder (the work folder is made in it)")
     if not args.data.is_dir():
         ap.error(f"--data {args.data}: no such folder; make it with python benchmarks/make_benchdata.py {args.data}")
     return args
