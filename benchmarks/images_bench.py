@@ -46,10 +46,11 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def naive(paths: list[Path], n: int) -> float:
+def naive(paths: list[Path], n: int, model: Any = None) -> float:
+    """Images/s of the seeds' loop over ``n`` images (``paths`` repeated); ``model``: ``resnet50()`` if None."""
     from PIL import Image
 
-    model = resnet50()
+    model = resnet50() if model is None else model
     tf = v2.Compose(
         [
             v2.PILToTensor(),
@@ -84,8 +85,9 @@ class _Files(torch.utils.data.Dataset[Any]):
         return self.tf(img)
 
 
-def dataloader(paths: list[Path], n: int, workers: int, batch: int) -> float:
-    model = resnet50()
+def dataloader(paths: list[Path], n: int, workers: int, batch: int, model: Any = None) -> float:
+    """Images/s of a plain DataLoader over ``n`` images (``paths`` repeated); ``model``: ``resnet50()`` if None."""
+    model = resnet50() if model is None else model
     mean = torch.tensor([0.485, 0.456, 0.406], device=DEVICE).view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device=DEVICE).view(1, 3, 1, 1) * 255
     loader = torch.utils.data.DataLoader(
@@ -262,6 +264,13 @@ def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads:
     q.close()
     return {"job": n / job_s, "job_s": job_s, "submit_s": submit_s, "ready_s": ready_s, "slots": len(slots),
             "procs_per_gpu": procs, "jpeg": jpeg, "util": sampler.summary()}  # fmt: skip
+
+
+def load_model(path: Path) -> Any:
+    """A TorchScript file as the baselines run a model: eval mode, on :data:`DEVICE`, fp16 and channels_last
+    on a GPU (not frozen: the seeds' loop and the DataLoader run it as loaded)."""
+    model = torch.jit.load(str(path), map_location=DEVICE).eval().to(memory_format=torch.channels_last)
+    return model.half() if HALF else model
 
 
 def resnet50_file(work: Path) -> Path:

@@ -20,32 +20,29 @@ import glob
 import importlib.util
 import json
 import math
-import os
 import re
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gpuprov.cli.images_report import QUEUE_ENVVAR, check_json_path, finish_run, progress_log, worker_ready_line
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.queue.base import MAX_LEASE_S
-from gpuprov.redact import redact_credentials
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic", ".dcm"}
 )
 MANIFEST_SUFFIXES = (".txt", ".jsonl")
-QUEUE_ENVVAR = "GPUPROV_IMAGES_QUEUE"
 #: the largest --batch taken: far above what a GPU's memory holds of any model's inputs, and small enough for every
 #: queue store's integers (a batch of 10**20 overflowed SQLite's INTEGER in each worker)
 MAX_BATCH = 65536
-EXIT_DEAD = 1
 
 
 def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
@@ -123,9 +120,12 @@ def _manifest(path: Path) -> Iterator[Path]:
         yield (path.parent / entry).resolve()
 
 
-def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s: float) -> None:
+def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s: float,
+                       json_path: Path | None) -> None:  # fmt: skip
     """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given (the model a file),
-    batch is auto or N > 0 and the lease a number of seconds (click's range lets NaN through)."""
+    batch is auto or N > 0, the lease a number of seconds (click's range lets NaN through) and ``--json``, if
+    given, a file that can be written."""
+    check_json_path(json_path)
     if not math.isfinite(lease_s):
         raise ConfigError(f"--lease {lease_s}: expected seconds from 1 to {MAX_LEASE_S:g}")
     if (task is None) == (model is None):
@@ -282,20 +282,26 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
               type=click.IntRange(min=1, max=2**62),
               help="Refuse (fail, undecoded) an image declaring more pixels: decompression bombs. Pillow's limit.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="At the end, write the run's report as JSON here: counts, rates, the first and last result, and "
+                   "each worker's start-up seconds per phase.")  # fmt: skip
 @click.option("--follow", is_flag=True,
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
                    "rewritten each time the queue drains.")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
             size: int | None, lease_s: float, threads: int, procs_per_gpu: int | None, jpeg: str,
-            metrics_port: int | None, max_pixels: int, quiet: bool, follow: bool) -> None:  # fmt: skip
+            metrics_port: int | None, max_pixels: int, quiet: bool, json_path: Path | None,
+            follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
     from gpuprov.images.slots import resolve_slots
+    from gpuprov.images.startup import run_report
     from gpuprov.images.supervisor import SlotState, supervise
     from gpuprov.images.worker import WorkerConfig, task_label
 
-    _check_run_options(task, model, batch, lease_s)
+    started = time.monotonic()
+    _check_run_options(task, model, batch, lease_s, json_path)
     _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
     if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
@@ -310,8 +316,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     metrics = Metrics(metrics_port)
     queue = _open_for_run(url, follow, task_label(task, str(model) if model else None), out)
     total = queue.stats().total
-    log = _progress_log(quiet)
-    started = time.monotonic()
+    log = progress_log(quiet)
     last_poll = [0.0]
 
     done_by_slot: dict[str, int] = {}
@@ -327,9 +332,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
                 log(f"queue drained: {rows} rows in {out / 'manifest.jsonl'}, {fails} failed")
         metrics.worker(st.slot.name, st.total_done, st.failed, st.batch, time.time())
         if event.get("event") == "start":
-            log(
-                f"{st.slot.name}: worker on {event.get('device')} {event.get('uuid') or ''} batch {event.get('batch')}"
-            )
+            log(worker_ready_line(st, event))
         now = time.monotonic()
         if now - last_poll[0] > 2.0:
             last_poll[0] = now
@@ -347,37 +350,8 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
         dead = queue.stats().dead
     finally:
         queue.close()
-    _report_run(url, out, states_ref, rows, fails, dead, time.monotonic() - started)
-
-
-def _progress_log(quiet: bool) -> Callable[[str], None]:
-    """A function printing ``HH:MM:SS message`` on stderr, or nothing when ``quiet``."""
-    return (lambda message: None) if quiet else (lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}", err=True))
-
-
-def _queue_for_display(url: str) -> str:
-    """``url`` as a command line to copy may show it: ``"$GPUPROV_IMAGES_QUEUE"`` when it came from there, a
-    placeholder when it carries a password in its query, else with any ``user:password@`` redacted."""
-    if os.environ.get(QUEUE_ENVVAR) == url:
-        return f'"${QUEUE_ENVVAR}"'
-    if "password=" in url.lower():
-        return "URL"
-    return redact_credentials(url)
-
-
-def _report_run(url: str, out: Path, states: list[Any], rows: int, fails: int, dead: int, elapsed: float) -> None:
-    """Print a finished run's summary (``states``: the slots' ``SlotState``); exit :data:`EXIT_DEAD` when
-    tasks are dead, naming the command that queues them again."""
-    images = sum(st.total_done for st in states)
-    restarts = sum(st.restarts for st in states)
-    rate = images / max(elapsed, 1e-9)
-    click.echo(f"{rows} rows in {out / 'manifest.jsonl'}, {fails - dead} failed, {dead} dead; {images} images in "
-               f"{elapsed:.1f} s ({rate:.1f} img/s); restarts {restarts}")  # fmt: skip
-    if dead:
-        click.echo(f"{dead} task(s) dead: out of attempts (see {out / 'failures.jsonl'}); once the cause is fixed, "
-                   f"`gpuprov images retry --queue {_queue_for_display(url)} --dead` queues them again and another "
-                   "run processes them", err=True)  # fmt: skip
-        raise click.exceptions.Exit(EXIT_DEAD)
+    finish_run(url, out, json_path,
+               run_report(states_ref, started, {"rows": rows, "failed": fails - dead, "dead": dead}))  # fmt: skip
 
 
 @command.command("status")

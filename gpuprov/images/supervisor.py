@@ -59,6 +59,7 @@ class SlotState:
     done: int = 0
     failed: int = 0
     batch: int = 0
+    device: str | None = None  # the worker's device as its "start" event names it: cuda or cpu
     restarts: int = 0
     finished: bool = False
     error: str | None = None  # the message of the worker's last "error" event
@@ -67,6 +68,11 @@ class SlotState:
     restart_at: float | None = None  # monotonic time of a delayed restart
     queue_down_since: float | None = None  # monotonic time of the first of consecutive queue-down exits
     queue_backoff_s: float = 0.0
+    spawned: float | None = None  # monotonic time the current process was started
+    startup: dict[str, float] = field(default_factory=dict)  # its start-up marks (gpuprov.images.startup)
+    first_result: float | None = None  # monotonic time of the slot's first "progress" event (results committed)
+    first_done: int = 0  # images the slot had done then
+    last_result: float | None = None  # monotonic time of its latest "progress" event
 
     def last_error(self, default: str) -> str:
         """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
@@ -111,6 +117,8 @@ def supervise(
         st.done_before += st.done
         st.done = 0
         st.restart_at = None
+        st.startup = {}
+        st.spawned = time.monotonic()
         # the config goes through a pipe, not argv: `ps` shows argv to every user, and the queue URL may
         # carry a password
         st.proc = subprocess.Popen(
@@ -134,11 +142,18 @@ def supervise(
             except ValueError:
                 continue
             with lock:
-                if event.get("event") == "error":
+                kind = event.get("event")
+                if kind == "error":
                     st.error = str(event.get("error"))
-                elif event.get("event") in ("start", "progress"):
+                elif kind in ("start", "progress"):
                     st.queue_down_since, st.queue_backoff_s = None, 0.0  # it reached the queue
+                if kind == "start":
+                    st.device, st.startup = event.get("device"), dict(event.get("startup") or {})
                 st.done = event.get("done", st.done)
+                if kind == "progress":
+                    st.last_result = time.monotonic()
+                    if st.first_result is None:
+                        st.first_result, st.first_done = st.last_result, st.total_done
                 st.failed = max(st.failed, event.get("failed", 0))
                 st.batch = event.get("batch", st.batch)
                 on_event(st, event)

@@ -224,6 +224,17 @@ class ModelTask:
             module = module.to(memory_format=torch.channels_last)
             self.module = inference_module(module) if optimize else module
 
+    def build_kernel(self) -> None:
+        """Compile the fused crop+resize kernel now, on one small synthetic image, so that a worker's start-up
+        shows the compile apart from the batch probe (Triton compiles a kernel on its first launch; the batch
+        probe would otherwise pay for it). Nothing on a CPU, where the kernel does not run. A kernel that
+        cannot be built is logged once and the reference path serves (:func:`resize_normalise`)."""
+        if self.device == "cpu":
+            return
+        torch, _ = torch_modules()
+        resize_normalise([synthetic_items(1, self.device, 64, 64)[0].decoded], self.size, half=self.half)
+        torch.cuda.synchronize()
+
     def set_full_batch(self, batch: int) -> None:
         """The worker's batch size: shorter batches are then padded to a few fixed sizes (:meth:`padded_size`)."""
         self.full_batch = batch

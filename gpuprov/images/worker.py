@@ -31,11 +31,13 @@ from typing import Any, TextIO
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentMissing, GpuprovError
 from gpuprov.images.decode import Decoder
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
+from gpuprov.images.lazy_torch import torch_modules
 from gpuprov.images.memory import Backoff, auto_batch
 from gpuprov.images.queue import QueueLost, QueueMissing, QueueUnavailable, open_queue
 from gpuprov.images.slots import Slot, self_check
 from gpuprov.images.stages import Committer, LeaseKeeper, claims, decode_ahead, prefetch, process_batch
-from gpuprov.images.tasks import make_task, synthetic_items
+from gpuprov.images.startup import Startup
+from gpuprov.images.tasks import ImageTask, make_task, synthetic_items
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +79,23 @@ WARMUP_SIDE = 256
 """Side in pixels of the synthetic images a GPU worker runs one full batch of before it reports ready."""
 
 
-def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> None:
-    """Process tasks until the queue is drained (with ``cfg.follow``: until the process is stopped).
-
-    ``emit`` receives the events as JSON-able dicts: ``start`` (worker name, device, batch size), one
-    ``progress`` per batch written (counts so far, and the seconds per stage, see
-    :mod:`gpuprov.images.stages`), and ``exit``."""
+def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backoff]:
+    """A worker's start-up up to its first claim, each phase marked in ``startup`` as it ends (the phases:
+    :mod:`gpuprov.images.startup`): import torch, open and check the device, make the task (load and freeze a
+    model), build its kernel, probe the batch size and run the first batch. Returns the device (``cuda`` or
+    ``cpu``), the task and the batch size's :class:`Backoff`."""
+    torch_modules()
+    startup.mark("imports")
     device = self_check(cfg.slot)
-    name = f"{os.uname().nodename}:{cfg.slot.name}:{os.getpid()}"
-    out = Path(cfg.out)
-    task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, out, device, size=cfg.size)
+    startup.mark("device")
+    task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size)
+    startup.mark("model")
+    build_kernel = getattr(task, "build_kernel", None)
+    if build_kernel is not None:
+        build_kernel()
+    startup.mark("kernel")
     batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share)
+    startup.mark("probe")
     backoff = Backoff(batch)
     # Warm up before the first claim: the first batch of a fresh process pays the lazy imports and kernel
     # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
@@ -100,6 +108,23 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
         set_full_batch = getattr(task, "set_full_batch", None)
         if set_full_batch is not None:
             set_full_batch(backoff.batch)
+    startup.mark("warmup")
+    return device, task, backoff
+
+
+def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], startup: Startup | None = None) -> None:
+    """Process tasks until the queue is drained (with ``cfg.follow``: until the process is stopped).
+
+    ``emit`` receives the events as JSON-able dicts: ``start`` once ready (worker name, device, batch size, and
+    the ``startup`` marks: phase -> ``time.monotonic()`` at its end, see :mod:`gpuprov.images.startup`), one
+    ``progress`` per batch written (counts so far, and the seconds per stage, see :mod:`gpuprov.images.stages`),
+    and ``exit``. ``startup`` holds the marks made before this call (the process's start); without it the
+    ``process`` phase ends now."""
+    if startup is None:
+        startup = Startup()
+        startup.mark("process")
+    device, task, backoff = prepare(cfg, startup)
+    name = f"{os.uname().nodename}:{cfg.slot.name}:{os.getpid()}"
     try:
         queue = open_queue(cfg.queue, create=False)  # the run opened (or made) it before starting workers
     except QueueMissing as exc:
@@ -111,10 +136,11 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None]) -> No
     keeper.start()
     decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg, max_pixels=cfg.max_pixels)
     timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0, "claim_s": 0.0, "read_s": 0.0, "commit_s": 0.0}
-    emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": backoff.batch,
-          "jpeg": decoder.jpeg})  # fmt: skip
     committer = Committer(queue, name, keeper, emit, timing)
     committer.start()
+    startup.mark("queue")
+    emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": backoff.batch,
+          "jpeg": decoder.jpeg, "startup": startup.marks})  # fmt: skip
     try:
         claimed = prefetch(claims(queue, name, lambda: backoff.batch, keeper, cfg.follow, cfg.poll_s, timing))
         batches = prefetch(decode_ahead(claimed, decoder, timing), depth=1)
@@ -172,9 +198,11 @@ def read_config(stream: TextIO) -> WorkerConfig:
 
 
 def _child_main() -> None:
+    startup = Startup()
     logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
     die_with_supervisor()
     cfg = read_config(sys.stdin)
+    startup.mark("process")
 
     def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event), flush=True)
@@ -184,10 +212,10 @@ def _child_main() -> None:
             import cProfile
 
             with cProfile.Profile() as prof:
-                worker_main(cfg, emit)
+                worker_main(cfg, emit, startup)
             prof.dump_stats(str(Path(profile_dir) / f"worker-{os.getpid()}.prof"))
             return
-        worker_main(cfg, emit)
+        worker_main(cfg, emit, startup)
     except GpuprovError as exc:
         print(json.dumps({"event": "error", "error": exc.message}), flush=True)
         if isinstance(exc, QueueUnavailable):  # may come back: the supervisor restarts this worker after a pause

@@ -149,6 +149,18 @@ def test_worker_processes_queue_and_records_corrupt(tmp_path: Path) -> None:
     q.close()
 
 
+def test_worker_reports_its_start_up_phases_in_order_when_ready(tmp_path: Path) -> None:
+    from gpuprov.images.startup import PHASES
+
+    q, events = _run(tmp_path, "stats", 4)
+    start = events[0]
+    assert start["event"] == "start" and start["device"] == "cpu"
+    assert list(start["startup"]) == list(PHASES)
+    assert list(start["startup"].values()) == sorted(start["startup"].values())
+    assert [e["event"] for e in events].count("start") == 1
+    q.close()
+
+
 def test_worker_halves_batch_under_memory_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MEM_BUDGET_ENV, str(2 * 3 * 32 * 32 * 4 * 64))  # room for 2 images of 32x32
     q, events = _run(tmp_path, "stats", 8)

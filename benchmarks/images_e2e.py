@@ -1,0 +1,273 @@
+"""Benchmark: an image job run the way a user runs it - ``gpuprov images submit``, then ``gpuprov images run``.
+
+1. Writes ``--images`` distinct JPEG files made from the JPEGs in ``--data`` (``benchmarks/make_benchdata.py``
+   cuts that set): copy ``i`` of a source file carries a JPEG comment segment (COM) naming ``i`` after its
+   APPn segments, so it decodes to the same pixels while no two files have the same bytes or sha256 (as in a
+   real image set, where the workers read, hash and write every file).
+2. ``gpuprov images submit WORK/images --queue sqlite:///WORK/q-*.db``, as a process; timed apart.
+3. ``gpuprov images run --queue ... --out ... --model M --gpus G [--procs-per-gpu P] --json ...``, as a process
+   (the installed ``gpuprov`` command beside this Python, else ``python -m gpuprov``), while NVML SM and NVJPG
+   utilisation (where a GPU is) and host CPU use are sampled (``images_bench.Sampler``).
+4. The seeds' naive loop and a plain torch DataLoader (``images_bench.naive`` and ``images_bench.dataloader``)
+   on the same files with the same model file, for the ratios (``--baselines none`` leaves them out).
+
+Prints and, with ``--json``, writes: end to end images/s (images / the run's wall clock, process start to
+exit; the submit excluded), steady images/s (from the run's first result to its last, from the run's
+``--json`` report), the start-up breakdown (the command's own start, then each worker's phases, see
+``gpuprov.images.startup``: median and slowest over the workers), the first result, the tail (last result
+to exit: the workers drain their queues and exit, the manifest is written), utilisation, the baselines and
+the ratios.
+
+    python benchmarks/images_e2e.py --data .benchdata --images 200000 --make-model resnet50 --gpus all \\
+        --procs-per-gpu 8 --json e2e.json
+    python benchmarks/images_e2e.py --data DIR --images 64 --model tiny.pt --gpus cpu --naive-images 16  # CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import images_bench
+import torch
+import torchvision
+
+JPEG_SOI = b"\xff\xd8"
+JPEG_COM = b"\xff\xfe"
+FILES_PER_FOLDER = 10_000
+"""Files per subfolder of ``WORK/images`` (a few hundred thousand files in one folder slow every listing)."""
+
+
+def with_comment(data: bytes, text: bytes) -> bytes:
+    """``data`` (a JPEG file) with a COM segment holding ``text`` after its APPn segments (JFIF and Exif stay
+    first, as their specifications want). Raises ``ValueError`` for bytes that are not a JPEG file."""
+    if not data.startswith(JPEG_SOI):
+        raise ValueError("not a JPEG file (no SOI marker)")
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF and 0xE0 <= data[pos + 1] <= 0xEF:
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+    if len(text) > 65533:
+        raise ValueError("a JPEG comment holds at most 65,533 bytes")
+    return data[:pos] + JPEG_COM + (len(text) + 2).to_bytes(2, "big") + text + data[pos:]
+
+
+def distinct_jpegs(sources: list[Path], n: int, dest: Path) -> list[Path]:
+    """Write ``n`` files under ``dest`` (``dNNN/NNNNNNN.jpg``): copy ``i`` is ``sources[i % len(sources)]``
+    with the comment ``gpuprov-e2e copy i`` (:func:`with_comment`). Returns their paths."""
+    blobs = [p.read_bytes() for p in sources]
+    out = []
+    for i in range(n):
+        path = dest / f"d{i // FILES_PER_FOLDER:03d}" / f"{i:07d}.jpg"
+        if i % FILES_PER_FOLDER == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(with_comment(blobs[i % len(blobs)], f"gpuprov-e2e copy {i}".encode()))
+        out.append(path)
+    return out
+
+
+def gpuprov_command() -> list[str]:
+    """The ``gpuprov`` command a user of this Python runs: its console script, else ``python -m gpuprov``."""
+    script = Path(sys.executable).with_name("gpuprov")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "gpuprov"]
+
+
+def run_args(args: argparse.Namespace, url: str, out: Path, model: Path, report: Path) -> list[str]:
+    """``gpuprov images run`` with this benchmark's options."""
+    argv = [*gpuprov_command(), "images", "run", "--queue", url, "--out", str(out), "--model", str(model),
+            "--gpus", args.gpus, "--cpu-workers", str(args.cpu_workers), "--batch", args.batch,
+            "--json", str(report)]  # fmt: skip
+    if args.procs_per_gpu is not None:
+        argv += ["--procs-per-gpu", str(args.procs_per_gpu)]
+    if args.threads is not None:
+        argv += ["--threads", str(args.threads)]
+    return argv
+
+
+def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict[str, Any]:
+    """The start-up of a run from its ``--json`` report, in seconds: ``cli`` (from launching the command to its
+    run starting: interpreter, imports, the options), each worker phase's median and max over the workers,
+    when the first and the last worker were ready, the first and last result and the tail (last result to
+    exit), all but the phases counted from ``launched`` (``time.monotonic()`` just before the launch)."""
+    cli = run["monotonic_start"] - launched
+    workers = [w for w in run["workers"] if w["ready_s"] is not None]
+    phases = {
+        phase: {"median": round(statistics.median(vals), 3), "max": round(max(vals), 3)}
+        for phase in run["phases"]
+        if (vals := [w["startup_s"][phase] for w in workers if phase in w["startup_s"]])
+    }
+    ready = [cli + w["spawned_s"] + w["ready_s"] for w in workers]
+
+    def after_launch(key: str) -> float | None:
+        return None if run[key] is None else round(cli + run[key], 3)
+
+    last = after_launch("last_result_s")
+    return {
+        "cli_s": round(cli, 3),
+        "phases_s": phases,
+        "first_ready_s": round(min(ready), 3) if ready else None,
+        "last_ready_s": round(max(ready), 3) if ready else None,
+        "first_result_s": after_launch("first_result_s"),
+        "last_result_s": last,
+        "tail_s": None if last is None else round(wall - last, 3),
+    }
+
+
+def print_breakdown(s: dict[str, Any], workers: int) -> None:
+    print(f"start-up, seconds after `gpuprov images run` was launched ({workers} worker(s)):")
+    print(f"  command's own start (interpreter, imports, options, queue)  {s['cli_s']:7.2f}")
+    for phase, v in s["phases_s"].items():
+        print(f"  worker {phase:<8} median {v['median']:7.2f}  max {v['max']:7.2f}")
+    print(f"  first worker ready {s['first_ready_s']}, last ready {s['last_ready_s']}")
+    print(f"  first result {s['first_result_s']}, last result {s['last_result_s']}, tail to exit {s['tail_s']}")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host() -> dict[str, Any]:
+    """What ran the benchmark: GPU (or ``cpu``), CPU model and cores, library versions, load average (1 min) now."""
+    gpu = images_bench.DEVICE == "cuda"
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+        "gpus": torch.cuda.device_count() if gpu else 0,
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def baselines(args: argparse.Namespace, files: list[Path], model: Path) -> dict[str, float]:
+    """images/s of the seeds' naive loop and the plain DataLoader on ``files`` with the run's model file."""
+    wanted = {m for m in args.baselines.split(",") if m and m != "none"}
+    res: dict[str, float] = {}
+    if not wanted:
+        return res
+    net = images_bench.load_model(model)
+    if "naive" in wanted:
+        res["naive"] = images_bench.naive(files, args.naive_images or min(len(files), 500), model=net)
+    if "dataloader" in wanted:
+        batch = 256 if args.batch == "auto" else int(args.batch)
+        res["dataloader"] = images_bench.dataloader(files, len(files), args.workers, batch, model=net)
+    return res
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", type=int, default=1000, help="distinct files to make and process")
+    ap.add_argument("--data", type=Path, default=Path(".benchdata"), help="folder of source JPEGs")
+    model = ap.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", type=Path, help="TorchScript classifier the workers run")
+    model.add_argument("--make-model", choices=["resnet50"], help="write a random-weights TorchScript ResNet-50")
+    ap.add_argument("--gpus", default="all", help="as `images run --gpus`: all, cpu, 0,1, GPU-uuid")
+    ap.add_argument("--procs-per-gpu", type=int, default=None, help="as `images run` (default: its default)")
+    ap.add_argument("--cpu-workers", type=int, default=1, help="as `images run` (with --gpus cpu)")
+    ap.add_argument("--batch", default="auto", help="as `images run --batch`")
+    ap.add_argument("--threads", type=int, default=None, help="as `images run --threads` (default: its default)")
+    ap.add_argument("--baselines", default="naive,dataloader", help="naive, dataloader, both (comma) or none")
+    ap.add_argument("--naive-images", type=int, default=None, help="images of the naive loop (default min(N, 500))")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="DataLoader workers")
+    ap.add_argument("--work", type=Path, default=None, help="where the work folder (files, queue, output) goes")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    if args.images < 1:
+        ap.error("--images: expected at least 1")
+    if args.model is not None and not args.model.is_file():
+        ap.error(f"--model {args.model}: no such file; give a TorchScript file or use --make-model resnet50")
+    if args.work is not None and not args.work.is_dir():
+        ap.error(f"--work {args.work}: no such folder; give an existing folder (the work folder is made in it)")
+    if not args.data.is_dir():
+        ap.error(f"--data {args.data}: no such folder; make it with python benchmarks/make_benchdata.py {args.data}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sources = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
+    if not sources:
+        print(f"--data {args.data}: no JPEG file (*.jpg, *.jpeg) in it", file=sys.stderr)
+        return 2
+    res: dict[str, Any] = {"host": host(), "images": args.images, "source_files": len(sources), "gpus": args.gpus,
+                           "procs_per_gpu": args.procs_per_gpu, "batch": args.batch}  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        work = Path(tmp)
+        t0 = time.perf_counter()
+        files = distinct_jpegs(sources, args.images, work / "images")
+        res["make_files_s"] = round(time.perf_counter() - t0, 2)
+        model = args.model.resolve() if args.model else images_bench.resnet50_file(work)
+        url = f"sqlite:///{work / 'q.db'}"
+        t0 = time.perf_counter()
+        subprocess.run([*gpuprov_command(), "images", "submit", str(work / "images"), "--queue", url], check=True)
+        res["submit_s"] = round(time.perf_counter() - t0, 2)
+        report = work / "run.json"
+        argv = run_args(args, url, work / "out", model, report)
+        print("$", " ".join(argv), flush=True)
+        with images_bench.Sampler() as sampler:
+            launched = time.monotonic()
+            proc = subprocess.run(argv, check=False)
+            wall = time.monotonic() - launched
+        if proc.returncode != 0:
+            print(f"gpuprov images run exited with {proc.returncode}", file=sys.stderr)
+            return 1
+        run = json.loads(report.read_text())
+        rows = [json.loads(line) for line in (work / "out" / "manifest.jsonl").read_text().splitlines()]
+        res["distinct_sha256"] = len({r["sha256"] for r in rows})
+        res["run"] = run
+        res["wall_s"] = round(wall, 3)
+        res["end_to_end"] = round(run["images"] / wall, 2)
+        res["steady"] = run["steady_images_per_s"]
+        res["startup"] = startup_breakdown(run, launched, wall)
+        res["util"] = sampler.summary()
+        res["baselines"] = baselines(args, files, model)
+    res["host"]["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
+    report_results(res)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+def report_results(res: dict[str, Any]) -> None:
+    run = res["run"]
+    h = res["host"]
+    print(f"{h['date']}  {h['device']} x {h['gpus']}  {h['cpus']} x {h['cpu']}  torch {h['torch']}  "
+          f"load {h['loadavg_1m']} -> {h['loadavg_1m_after']}")  # fmt: skip
+    print(f"{run['images']} images ({res['distinct_sha256']} distinct sha256), {run['failed']} failed; files made in "
+          f"{res['make_files_s']} s, submit {res['submit_s']} s (not counted)")  # fmt: skip
+    print(f"end to end  {res['end_to_end']:10.1f} img/s  ({res['wall_s']:.1f} s, launch to exit)")
+    steady = res["steady"]
+    print(f"steady      {steady:10.1f} img/s  (first result to last)" if steady else "steady      n/a (one result)")
+    print_breakdown(res["startup"], len(run["workers"]))
+    util = res["util"]
+    if not any(k.startswith("sm") for k in util):
+        print("GPU utilisation: not sampled (no GPU through NVML)")
+    print("utilisation:", ", ".join(f"{k} {v}" for k, v in util.items()) or "no samples")
+    for name, rate in res["baselines"].items():
+        print(f"{name:<11} {rate:10.1f} img/s")
+        res.setdefault("ratios", {})[f"end_to_end/{name}"] = round(res["end_to_end"] / rate, 2)
+        if steady:
+            res["ratios"][f"steady/{name}"] = round(steady / rate, 2)
+    for key, ratio in res.get("ratios", {}).items():
+        print(f"{key:<24} {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

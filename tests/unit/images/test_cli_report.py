@@ -1,0 +1,64 @@
+"""What ``gpuprov images run`` reports of a run: each worker's start-up line, the summary and ``--json``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+from PIL import Image
+
+from gpuprov.cli.__main__ import main
+from gpuprov.images.startup import PHASES
+
+
+def _queue(tmp_path: Path, count: int) -> str:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(count):
+        Image.new("RGB", (40 + i, 30), (i * 60, 90, 30)).save(folder / f"{i}.png")
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    assert main(["images", "submit", str(folder), "--queue", url]) == 0
+    return url
+
+
+def test_run_prints_each_workers_start_up_and_writes_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _queue(tmp_path, 3)
+    capsys.readouterr()
+    report_path = tmp_path / "run.json"
+    run = ["images", "run", "--queue", url, "--gpus", "cpu", "--task", "stats", "--out", str(tmp_path / "o"),
+           "--json", str(report_path)]  # fmt: skip
+    assert main(run) == 0
+    captured = capsys.readouterr()
+    (line,) = [x for x in captured.err.splitlines() if "cpu0: worker on cpu batch 32; ready in" in x]
+    assert all(re.search(rf"\b{phase} [0-9]+\.[0-9]\b", line) for phase in PHASES), line
+    assert "3 rows in" in captured.out and "first result after" in captured.out
+    report = json.loads(report_path.read_text())
+    assert (report["rows"], report["failed"], report["dead"], report["images"]) == (3, 0, 0, 3)
+    (worker,) = report["workers"]
+    assert (worker["slot"], worker["device"], worker["done"]) == ("cpu0", "cpu", 3)
+    assert list(worker["startup_s"]) == list(PHASES) and all(s >= 0 for s in worker["startup_s"].values())
+    # the worker was spawned after the run began, reported ready, then sent its first result
+    assert worker["spawned_s"] >= 0
+    assert worker["spawned_s"] + worker["ready_s"] <= worker["first_result_s"] + 0.002  # rounded to 1 ms each
+    assert report["first_result_s"] == worker["first_result_s"] <= report["last_result_s"] <= report["wall_s"]
+
+
+@pytest.mark.parametrize("where", ["folder", "missing-parent"])
+def test_a_json_path_that_cannot_be_written_exits_2_before_any_worker(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _queue(tmp_path, 1)
+    capsys.readouterr()
+    path = tmp_path if where == "folder" else tmp_path / "no" / "run.json"
+    run = ["images", "run", "--queue", url, "--gpus", "cpu", "--task", "stats", "--out", str(tmp_path / "o"),
+           "--json", str(path)]  # fmt: skip
+    assert main(run) == 2
+    err = capsys.readouterr().err
+    assert f"--json {path}:" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists(), "nothing ran: the output folder was not even made"

@@ -1,0 +1,84 @@
+"""benchmarks/images_e2e.py on a CPU at CI size: it makes distinct files, runs the real ``gpuprov images`` commands
+as processes and reports the run, its start-up and the baselines; and its JPEG comment keeps the pixels."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+from PIL import Image
+
+from gpuprov.images.startup import PHASES
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks" / "images_e2e.py"
+
+
+@pytest.fixture(scope="module")
+def e2e() -> Any:
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import images_e2e
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    return images_e2e
+
+
+def _jpegs(folder: Path, count: int) -> list[Path]:
+    folder.mkdir()
+    paths = []
+    for i in range(count):
+        paths.append(folder / f"{i}.jpg")
+        Image.new("RGB", (48 + 8 * i, 40), (40 * i, 120, 200)).save(paths[-1], "JPEG", quality=90,
+                                                                    progressive=i == 2)  # fmt: skip
+    return paths
+
+
+def test_copies_differ_in_bytes_and_decode_to_the_same_pixels(e2e: Any, tmp_path: Path) -> None:
+    sources = _jpegs(tmp_path / "src", 3)
+    copies = e2e.distinct_jpegs(sources, 7, tmp_path / "out")
+    assert len({hashlib.sha256(p.read_bytes()).hexdigest() for p in copies}) == 7
+    for i, copy in enumerate(copies):
+        with Image.open(sources[i % 3]) as want, Image.open(io.BytesIO(copy.read_bytes())) as got:
+            assert got.tobytes() == want.tobytes()
+            assert got.info.get("comment") == f"gpuprov-e2e copy {i}".encode()
+    assert copies[0].read_bytes()[2:4] == b"\xff\xe0", "the JFIF APP0 segment stays first"
+    with pytest.raises(ValueError, match="not a JPEG"):
+        e2e.with_comment(b"\x89PNG\r\n", b"x")
+
+
+def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
+    import torch
+
+    _jpegs(tmp_path / "data", 4)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=8), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(4, 10)).eval()  # fmt: skip
+    torch.jit.save(torch.jit.trace(net, torch.randn(1, 3, 224, 224)), str(tmp_path / "tiny.pt"))
+    out = tmp_path / "e2e.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--data", str(tmp_path / "data"), "--images", "64", "--model",
+         str(tmp_path / "tiny.pt"), "--gpus", "cpu", "--naive-images", "8", "--workers", "0", "--work", str(tmp_path),
+         "--json", str(out)],
+        capture_output=True, text=True, check=False, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert (res["images"], res["run"]["rows"], res["run"]["images"], res["distinct_sha256"]) == (64, 64, 64, 64)
+    assert res["end_to_end"] > 0 and res["wall_s"] > res["startup"]["last_ready_s"]
+    (worker,) = res["run"]["workers"]
+    assert worker["device"] == "cpu" and list(worker["startup_s"]) == list(PHASES)
+    assert list(res["startup"]["phases_s"]) == list(PHASES)
+    assert not any(key.startswith(("sm", "jpg")) for key in res["util"]), "no GPU: nothing sampled from NVML"
+    assert set(res["baselines"]) == {"naive", "dataloader"} and all(v > 0 for v in res["baselines"].values())
+    assert {"end_to_end/naive", "end_to_end/dataloader"} <= set(res["ratios"])
+    assert "GPU utilisation: not sampled" in proc.stdout and "end to end" in proc.stdout
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["data"], "the work folder was removed"
