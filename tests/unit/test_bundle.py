@@ -8,15 +8,12 @@ the fleet asks for from its neighbours.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
-import http.server
 import json
 import logging
 import os
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.parse
 from collections.abc import Iterator
@@ -34,6 +31,7 @@ from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, driver_packages
 from gpuprov.lab.standin.dcgm import dcgm_package
 from gpuprov.resources import collections_path
 from gpuprov.rolevars import with_role_variables
+from tests.http_serve import QuietHandler, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,23 +62,6 @@ def repo_specs() -> list[PackageSpec]:
     specs += driver_packages("580", "580.65.06", DEBIAN_REVISION, flavours=("",))
     return specs + toolkit_specs() + [dcgm_package("3.3.5")]
 
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def serve(directory: Path, handler: type[http.server.SimpleHTTPRequestHandler] = _Quiet) -> Iterator[str]:
-    """Serve ``directory`` on 127.0.0.1 (a free port) with ``handler`` while the generator is open; yield its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="session")
@@ -303,7 +284,7 @@ def role_names(settings: dict[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-class _BasicAuth(_Quiet):
+class _BasicAuth(QuietHandler):
     """Serves its directory only to ``mirror`` with :data:`PASSWORD`; records each request's path and headers."""
 
     expected = ""

@@ -6,10 +6,7 @@ The index comes from the lab's stand-in CUDA repository code (gpuprov.lab.standi
 
 from __future__ import annotations
 
-import functools
-import http.server
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from gpuprov.lab.standin.repo import index
 from gpuprov.matrix import branch_of, load_matrix, matrix_from_text
 from gpuprov.matrix_index import index_facts, read_index
 from gpuprov.matrix_update import BEGIN, END, anchors_of, render_row
+from tests.http_serve import serve
 
 MATRIX = Path(__file__).resolve().parents[2] / "plugins" / "plugin_utils" / "matrix.yml"
 #: The CUDA rows the stand-in index is built from (their GA releases), and a later update of one of them.
@@ -146,15 +144,7 @@ def test_every_row_renders_as_written() -> None:
 
 @pytest.fixture
 def served(standin: Path) -> Iterator[str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(standin.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from serve(standin.parent)
 
 
 @pytest.mark.parametrize("name", ["", "Packages", "Packages.gz"])
