@@ -19,7 +19,7 @@ local_vars=(-e ansible_connection=local -e ansible_python_interpreter=/usr/bin/p
 } > "$out/speed-env.txt" 2>&1
 # the first check converges nothing but warms the page cache and writes the run directory: not timed
 python3 -m gpuprov check "$fleet" "${local_vars[@]}" > "$out/speed-warm.txt" 2>&1; echo "warm rc=$?" >> "$out/speed-env.txt"
-for run in 1 2 3; do
+for run in $(seq 1 "${RUNS:-3}"); do
   for strategy in linear mitogen; do
     # wall seconds and the CPU seconds of gpuprov and every process it waited for (the controller's cost;
     # on a local connection the host's modules are counted too)
