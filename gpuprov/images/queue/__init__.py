@@ -96,7 +96,10 @@ def open_queue(url: str, *, create: bool = True) -> Queue:
                                 f"sqlite://{Path(path).resolve() / 'queue.db'}")
         if not create and not Path(path).is_file():
             raise QueueMissing(f"{url}: no queue at {path}; `gpuprov images submit` creates it")
-        if not create and not _is_sqlite_queue(Path(path)):
+        # an existing file that is not a queue (another application's database, any other file) is never written
+        # to, also by submit, which creates a queue only where there is no file or an empty one
+        existing = Path(path).is_file() and Path(path).stat().st_size > 0
+        if (existing or not create) and not _is_sqlite_queue(Path(path)):
             raise QueueMissing(f"{url}: {path} is not a gpuprov queue (left untouched); check the path")
         return SqliteQueue(Path(path), max_attempts=max_attempts, lease_s=lease_s)
     if parts.scheme in ("redis", "rediss", "unix"):

@@ -63,8 +63,9 @@ def test_unopenable_sqlite_file_is_an_environment_error(tmp_path: Path) -> None:
         open_queue(f"sqlite://{tmp_path}/missing-dir/q.db")
     assert err.value.exit_code == EXIT_ENVIRONMENT
     (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
-    with pytest.raises(QueueUnavailable):
+    with pytest.raises(QueueMissing, match="is not a gpuprov queue") as missing:  # a path to check, not the machine
         open_queue(f"sqlite://{tmp_path}/junk.db")
+    assert missing.value.exit_code == EXIT_USAGE
 
 
 def test_unreachable_redis_is_an_environment_error() -> None:
@@ -117,6 +118,30 @@ def test_open_without_create_leaves_a_database_that_is_not_a_queue_untouched(tmp
         assert not path.with_name(path.name + "-lock").exists()
 
 
+def test_submit_never_writes_into_a_database_that_is_not_a_queue(tmp_path: Path) -> None:
+    """``images submit`` (open with create) on another application's sqlite file or any other non-empty file:
+    exit 2, the file unchanged; an empty file or no file becomes a queue."""
+    import sqlite3
+
+    other, text, empty = tmp_path / "other.db", tmp_path / "notes.txt", tmp_path / "empty.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x)")
+    db.close()
+    text.write_text("not a database\n")
+    empty.write_bytes(b"")
+    for path in (other, text):
+        before = path.read_bytes()
+        with pytest.raises(QueueMissing, match="is not a gpuprov queue") as err:
+            open_queue(f"sqlite:///{path}")
+        assert err.value.exit_code == EXIT_USAGE
+        assert path.read_bytes() == before and not path.with_name(path.name + "-wal").exists()
+    for path in (empty, tmp_path / "new.db"):
+        queue = open_queue(f"sqlite:///{path}")
+        assert queue.submit([{"path": "/data/a.jpg"}]) == 1
+        queue.close()
+        assert open_queue(f"sqlite:///{path}", create=False).stats().total == 1
+
+
 def test_sqlite_writers_queue_on_the_lock_file(tmp_path: Path) -> None:
     """A write transaction holds ``<file>-lock`` (flock) from BEGIN to COMMIT; the file has the queue's
     permissions; a file that is not a queue gets none."""
@@ -153,7 +178,7 @@ def test_sqlite_writers_queue_on_the_lock_file(tmp_path: Path) -> None:
     assert q.stats().pending == 1
     q.close()
     (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
-    with pytest.raises(QueueUnavailable):
+    with pytest.raises(QueueMissing):
         open_queue(f"sqlite://{tmp_path}/junk.db")
     assert not (tmp_path / "junk.db-lock").exists()
 
