@@ -126,6 +126,15 @@ def _paragraphs(data: bytes, shown: str) -> list[Packages]:
         if "Package" not in paragraph or "Version" not in paragraph:
             raise ConfigError(f"{not_index} (paragraph {number} has no Package and Version fields) - name the "
                               "Packages file of NVIDIA's CUDA repository or of its mirror")
+        try:
+            Version(paragraph["Version"])
+            for group in paragraph.relations["depends"] or []:
+                for relation in group:
+                    if relation.get("version"):
+                        Version(relation["version"][1])
+        except ValueError as exc:
+            raise ConfigError(f"{not_index} (paragraph {number}, {paragraph['Package']}: {exc}) - name the "
+                              "Packages file of NVIDIA's CUDA repository or of its mirror") from None
     if not paragraphs:
         raise ConfigError(f"{not_index} (it lists no package)")
     return [p for p in paragraphs if p.get("Architecture", "amd64") in ("amd64", "all")]

@@ -154,7 +154,8 @@ def _update_os(lines: list[str], os_name: str, facts: IndexFacts, update: Update
     """Rewrite ``os_name``'s ``cuda_repo_branches`` and ``cuda`` lines from the index, where they differ."""
     rows = _os_rows(lines)
     if os_name not in rows:
-        raise ConfigError(f"--os {os_name}: the matrix has no such OS - use one of {', '.join(rows)}")
+        raise ConfigError(f"--os {os_name}: the matrix has no such OS - use one of {', '.join(rows)}" if rows else
+                          f"--os {os_name}: the matrix has no os section - check --matrix, or leave out --os")
     toolkits = sorted(facts.toolkits, key=version_key)
     wanted: dict[str, Any] = {"cuda_repo_branches": list(facts.branches),
                               "cuda": {"first": toolkits[0], "last": toolkits[-1]}}
@@ -188,6 +189,8 @@ def _os_rows(lines: list[str]) -> dict[str, range]:
         match = re.match(r"^  (\w+):\s*(#.*)?$", line) if inside else None
         if match:
             starts.append((match[1], i))
+    if not starts:
+        return {}
     bounds = [i for _, i in starts[1:]] + [end]
     return {name: range(i + 1, bound) for (name, i), bound in zip(starts, bounds, strict=True)}
 

@@ -12,6 +12,7 @@ import logging
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 
 from debian.deb822 import Packages
 
@@ -84,7 +85,8 @@ def fetch_index(url: str) -> list[Packages]:
     for name, decode in (("Packages.gz", gzip.decompress), ("Packages", lambda b: b)):
         try:
             text = decode(fetch(url + name)).decode("utf-8")
-        except (OSError, urllib.error.URLError, ValueError, http.client.HTTPException) as exc:
+        except (OSError, EOFError, zlib.error, urllib.error.URLError, ValueError, http.client.HTTPException) as exc:
+            # EOFError, zlib.error: a truncated or corrupt Packages.gz
             errors.append(redact_credentials(f"{url}{name}: {exc}"))
             continue
         return [p for p in Packages.iter_paragraphs(text.splitlines(keepends=True), use_apt_pkg=False)

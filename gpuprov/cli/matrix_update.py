@@ -85,9 +85,12 @@ def cited_source(source: str | None, packages: str, os_name: str | None) -> str:
     """The URL new rows cite: ``--source``, else the index's folder on NVIDIA's site, else NVIDIA's folder of the
     OS, else NVIDIA's repository root. Never a mirror's URL (it may carry credentials)."""
     if source is not None:
-        if not source.startswith("https://") or "@" in urllib.parse.urlsplit(source).netloc:
-            raise ConfigError(f"--source {source!r}: give the public https URL the index comes from, without "
-                              "credentials")
+        given = urllib.parse.urlsplit(source)
+        if given.scheme != "https" or "@" in given.netloc or given.query or given.fragment:
+            # shown without its user part, query and fragment: they may hold a credential (?token=...)
+            shown = urllib.parse.urlunsplit((given.scheme, given.netloc.rpartition("@")[2], given.path, "", ""))
+            raise ConfigError(f"--source {shown}: give the public https URL the index comes from, without "
+                              "credentials, query or fragment (it is written into the matrix)")
         return source
     parts = urllib.parse.urlsplit(packages)
     if parts.scheme == "https" and parts.netloc == urllib.parse.urlsplit(NVIDIA_REPOS).netloc:

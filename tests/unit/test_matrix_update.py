@@ -6,6 +6,7 @@ The index comes from the lab's stand-in CUDA repository code (gpuprov.lab.standi
 
 from __future__ import annotations
 
+import gzip
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +163,9 @@ def test_a_mirror_url_is_read(served: str, name: str, tmp_path: Path, capsys: py
         (b"just: yaml\nnot: an index\n", "paragraph 1 has no Package and Version fields"),
         (b"", "it lists no package"),
         (b"Package: foo\nVersion: 1.0\nArchitecture: amd64\n", "no CUDA toolkit packages"),
+        (b"Package: cuda-toolkit-13-1\nVersion: !!notaversion\n", "cuda-toolkit-13-1: Invalid version string"),
+        (b"Package: cuda-runtime-13-1\nVersion: 13.1.0-1\nDepends: cuda-drivers (>= :bad)\n",
+         "cuda-runtime-13-1: Invalid version string ':bad'"),
     ],
 )
 def test_bad_input_is_refused_with_exit_2(content: bytes | None, says: str, tmp_path: Path,
@@ -192,6 +196,16 @@ def test_bad_matrix_file_and_source_are_refused(standin: Path, tmp_path: Path,
     assert code == 2 and "--matrix" in out and "cannot read it" in out
     code, out = run(capsys, "--packages", str(standin), "--matrix", str(copy(tmp_path)), "--source", "http://x/")
     assert code == 2 and "public https URL" in out
+    matrix = copy(tmp_path)
+    before = matrix.read_text()
+    for source in ("https://mirror.example/x/?token=S3cret", "https://u:S3cret@mirror.example/x/",
+                   "https://mirror.example/x/#S3cret"):
+        code, out = run(capsys, "--packages", str(standin), "--matrix", str(matrix), "--source", source, "--write")
+        assert code == 2 and "without credentials, query or fragment" in out and "S3cret" not in out
+    assert matrix.read_text() == before
+    no_os = copy(tmp_path, before.replace("\nos:\n", "\noperating_systems:\n"))
+    code, out = run(capsys, "--packages", str(standin), "--matrix", str(no_os), "--os", "debian12")
+    assert code == 2 and "the matrix has no os section" in out and "Traceback" not in out
 
 
 @pytest.mark.parametrize(
@@ -208,3 +222,14 @@ def test_bad_matrix_file_and_source_are_refused(standin: Path, tmp_path: Path,
 def test_rows_cite_nvidia_never_a_mirror(packages: str, os_name: str | None, cited: str) -> None:
     assert cited_source(None, packages, os_name) == cited
     assert cited_source("https://example.org/x", packages, os_name) == "https://example.org/x"
+
+
+def test_a_truncated_index_behind_a_folder_url_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mirror folder whose Packages.gz is cut short (and no Packages beside it): a usage error naming the index,
+    not the interrupt exit 130 that an uncaught EOFError became."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "Packages.gz").write_bytes(gzip.compress(b"Package: cuda-toolkit-13-0\nVersion: 13.0.0-1\n" * 50)[:40])
+    for url in serve(folder):
+        code, out = run(capsys, "--packages", url, "--matrix", str(copy(tmp_path)))
+        assert code == 2 and "Packages.gz" in out and "Traceback" not in out
