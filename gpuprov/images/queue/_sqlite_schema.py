@@ -24,6 +24,7 @@ lease row per holder, expiry and solo flag). A file of a later schema is refused
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 SCHEMA_VERSION = 3
@@ -99,6 +100,11 @@ def prepare(db: sqlite3.Connection) -> None:
     row = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
     version = row[0] if row else "none"
     if version == str(SCHEMA_VERSION):
+        have = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted(set(re.findall(r"CREATE TABLE (\w+)", _TABLES)) - have)
+        if missing:
+            raise ValueError(f"queue schema {version} without its table(s) {', '.join(missing)}: the file is damaged "
+                             "(restore it from a copy, or submit the images to a new queue file)")
         return
     if version not in ("1", "2"):
         raise ValueError(

@@ -303,3 +303,21 @@ def test_sqlite_queue_of_schema_1_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         q.close()
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("3",)
+
+
+def test_a_queue_file_without_its_tables_is_damaged_not_a_traceback(tmp_path: Path) -> None:
+    """A file whose meta names the current schema but whose tables are gone: QueueUnavailable naming them (exit
+    4), for status (create=False) and submit alike."""
+    import sqlite3
+
+    from gpuprov.images.queue._sqlite_schema import SCHEMA_VERSION
+
+    path = tmp_path / "q.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    db.close()
+    for create in (False, True):
+        with pytest.raises(QueueUnavailable, match=r"without its table.*tasks.*the file is damaged") as err:
+            open_queue(f"sqlite:///{path}", create=create)
+        assert err.value.exit_code == EXIT_ENVIRONMENT
