@@ -44,6 +44,14 @@ def check_json_path(path: Path | None) -> None:
     parent = path.parent if str(path.parent) else Path()
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise ConfigError(f"--json {path}: {parent} is not a folder this user can write; choose another path")
+    existed = path.exists()
+    try:  # the permission bits do not tell (root, /proc, a read-only mount): open it as the report will
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--json {path}: cannot write it ({exc.strerror or exc}); choose another path") from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def queue_for_display(url: str) -> str:

@@ -49,13 +49,14 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     assert report["first_result_s"] == worker["first_result_s"] <= report["last_result_s"] <= report["wall_s"]
 
 
-@pytest.mark.parametrize("where", ["folder", "missing-parent"])
+@pytest.mark.parametrize("where", ["folder", "missing-parent", "proc"])
 def test_a_json_path_that_cannot_be_written_exits_2_before_any_worker(
     where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = _queue(tmp_path, 1)
     capsys.readouterr()
-    path = tmp_path if where == "folder" else tmp_path / "no" / "run.json"
+    # /proc: a folder whose permission bits say root may write, where no file can be made
+    path = {"folder": tmp_path, "missing-parent": tmp_path / "no" / "run.json", "proc": Path("/proc/run.json")}[where]
     run = ["images", "run", "--queue", url, "--gpus", "cpu", "--task", "stats", "--out", str(tmp_path / "o"),
            "--json", str(path)]  # fmt: skip
     assert main(run) == 2
