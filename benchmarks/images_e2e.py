@@ -183,7 +183,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cpu-workers", type=int, default=1, help="as `images run` (with --gpus cpu)")
     ap.add_argument("--batch", default="auto", help="as `images run --batch`")
     ap.add_argument("--threads", type=int, default=None, help="as `images run --threads` (default: its default)")
-    ap.add_argument("--baselines", default="naive,dataloader", help="naive, dataloader, both (comma) or none")
+    ap.add_argument("--baselines", default="naive,dataloader", help="naive, dataloader, both (naive,dataloader) "
+                    "or none")
     ap.add_argument("--naive-images", type=int, default=None, help="images of the naive loop (default min(N, 500))")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="DataLoader workers")
     ap.add_argument("--work", type=Path, default=None, help="where the work folder (files, queue, output) goes")
@@ -191,6 +192,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.images < 1:
         ap.error("--images: expected at least 1")
+    for name in ("procs_per_gpu", "cpu_workers", "threads", "naive_images"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: expected at least 1")
+    if args.workers < 0:
+        ap.error("--workers: expected 0 (load in the main process) or more")
+    if args.batch != "auto" and not (args.batch.isdigit() and int(args.batch) > 0):
+        ap.error(f"--batch {args.batch}: expected auto or a number above 0")
+    baselines = {m.strip() for m in args.baselines.split(",")}
+    if baselines == {"both"}:
+        args.baselines = "naive,dataloader"
+    elif not baselines <= {"naive", "dataloader"} and baselines != {"none"}:
+        ap.error(f"--baselines {args.baselines}: expected naive, dataloader, both (naive,dataloader) or none")
+    if args.json is not None:
+        from gpuprov.cli.images_report import check_json_path  # importable once images_bench put the repo on the path
+        from gpuprov.exceptions import ConfigError
+
+        try:  # checked before the run, not after it: its results would be lost
+            check_json_path(args.json)
+        except ConfigError as exc:
+            ap.error(exc.message)
     if args.model is not None and not args.model.is_file():
         ap.error(f"--model {args.model}: no such file; give a TorchScript file or use --make-model resnet50")
     if args.work is not None and not args.work.is_dir():

@@ -82,3 +82,27 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     assert {"end_to_end/naive", "end_to_end/dataloader"} <= set(res["ratios"])
     assert "GPU utilisation: not sampled" in proc.stdout and "end to end" in proc.stdout
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["data"], "the work folder was removed"
+
+
+@pytest.mark.parametrize("bad", [["--workers", "-1"], ["--baselines", "bogus"], ["--baselines", ""],
+                                 ["--naive-images", "-1"], ["--batch", "0"], ["--batch", "abc"], ["--threads", "0"],
+                                 ["--procs-per-gpu", "0"], ["--json", "/proc/e2e.json"], ["--json", "."]])
+def test_bad_arguments_stop_before_any_work(e2e: Any, bad: list[str], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Each is a usage error (exit 2) at parse time, before files are made or the model built; an unwritable --json
+    would otherwise lose the results at the end."""
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"")
+    _jpegs(tmp_path / "data", 1)
+    with pytest.raises(SystemExit) as stop:
+        e2e.parse_args(["--model", str(model), "--data", str(tmp_path / "data"), *bad])
+    assert stop.value.code == 2
+    assert bad[0] in capsys.readouterr().err
+
+
+def test_both_baselines_means_naive_and_dataloader(e2e: Any, tmp_path: Path) -> None:
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"")
+    _jpegs(tmp_path / "data", 1)
+    args = e2e.parse_args(["--model", str(model), "--data", str(tmp_path / "data"), "--baselines", "both"])
+    assert args.baselines == "naive,dataloader"
