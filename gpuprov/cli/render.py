@@ -1,7 +1,7 @@
 """``gpuprov render FILE -o DIR``: write the fleet as a plain Ansible inventory (no lock-in).
 
 Validation problems are printed like ``gpuprov validate`` does (exit 2); on success the inventory
-path is printed, ready for ``ansible-playbook -i DIR playbooks/site.yml``.
+path is printed, ready for ``ANSIBLE_CONFIG=DIR/ansible.cfg ansible-playbook -i DIR gpuprov.gpu.site``.
 """
 
 from __future__ import annotations
@@ -27,4 +27,5 @@ def command(fleet_file: Path, out_dir: Path) -> None:
     except FleetValidationError as exc:
         raise report_problems(exc, str(fleet_file)) from None
     inventory = render_inventory(fleet, out_dir)
-    click.echo(f"rendered {len(fleet.hosts)} hosts to {inventory} (use: ansible-playbook -i {inventory} ...)")
+    click.echo(f"rendered {len(fleet.hosts)} hosts to {inventory} (use: ANSIBLE_CONFIG={inventory}/ansible.cfg "
+               f"ansible-playbook -i {inventory} gpuprov.gpu.site)")
