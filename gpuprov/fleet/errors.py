@@ -47,8 +47,19 @@ def did_you_mean(word: object, candidates: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
 def suggest_fix(word: object, candidates: Sequence[str], what: str = "one of") -> str:
-    """``did you mean 'x'?`` when close, else the list of valid choices."""
+    """The choices ``word`` begins (``'H100'`` -> every H100 model), else ``did you mean 'x'?`` when close, else
+    the list of valid choices. Case and separators are ignored in the prefix match."""
+    stem = _squash(str(word))
+    begun = [c for c in candidates if stem and _squash(c).startswith(stem)]
+    if len(begun) > 1:
+        return f"{str(word)!r} names several - use one of {', '.join(begun)}"
+    if begun:
+        return f"did you mean {begun[0]!r}?"
     close = did_you_mean(word, candidates)
     if close is not None:
         return f"did you mean {close!r}?"

@@ -104,6 +104,9 @@ MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "settings.mig.layouts.all-1g[0].mig_devices.1g.11gb": ("unknown MIG profile", "did you mean '1g.18gb'"),
         "settings.mig.layouts.spare": ("fits none", "H200: MIG profile '1g.10gb' is not one of H200's"),
     },
+    "gpu_model_family.yml": {
+        "settings.gpus.model": ("unknown GPU model 'h100'", "names several", "H100-NVL, H100-PCIe, H100-SXM5-80GB"),
+    },
     "bios_check_pcie_link.yml": {
         "settings.bios_check.pcie_width": ("12 is not one of 1, 2, 4, 8, 16",),
         "settings.bios_check.pcie_gen": ("7 is not one of auto, 1, 2, 3, 4, 5, 6",),
