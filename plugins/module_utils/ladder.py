@@ -32,7 +32,8 @@ class Ladder(HostSteps, WorkloadSteps):
         steps = []
         for name in STEPS:
             if name not in self.enabled:
-                steps.append(step(name, "skip", {}, "not selected (verify_steps)"))
+                steps.append(step(name, "skip", {},
+                                  "not selected (fleet file: verify.skip; role variable verify_steps)"))
                 continue
             start = time.monotonic()
             try:

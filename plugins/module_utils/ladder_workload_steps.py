@@ -148,8 +148,8 @@ class WorkloadSteps(LadderState):
             return step("nccl_allreduce", "skip", {"gpus": len(self.gpus)}, "fewer than 2 GPUs: no all-reduce")
         python, tried = self.find_torch_python()
         if not python:
-            return step("nccl_allreduce", "skip", {"tried": tried}, "no Python with torch on this host (set "
-                        "verify_python to one)")
+            return step("nccl_allreduce", "skip", {"tried": tried}, "no Python with torch on this host (set one "
+                        "in the fleet file's verify.python; role variable verify_python)")
         nccl = self.p.get("nccl") or {}
         script = os.path.join(self.p["workdir"], "gpuprov_nccl_allreduce.py")
         argv = [python, script, "--size-bytes", str(int(nccl.get("size_bytes") or 1 << 30)),
@@ -189,15 +189,16 @@ class WorkloadSteps(LadderState):
         if not docker:
             return step("container", "skip", {}, "docker is not installed")
         if not image:
-            return step("container", "skip", {"docker": docker}, "no image set (verify_container_image)")
+            return step("container", "skip", {"docker": docker},
+                        "no image set (fleet file: verify.container_image; role variable verify_container_image)")
         rc, out, err = self.run([docker, "image", "inspect", image], 60)
         evidence = {"docker": docker, "image": image, "image_present": rc == 0}
         if rc is None or (rc != 0 and "Cannot connect" in err):
             evidence["error"] = err.strip()[-500:]
             return step("container", "fail", evidence, "docker does not answer: %s" % err.strip()[-200:])
         if rc != 0 and not conf.get("pull"):
-            return step("container", "skip", evidence, "image %s is not present and verify_container_pull is "
-                        "false" % image)
+            return step("container", "skip", evidence, "image %s is not present and pulling is off (fleet file: "
+                        "verify.container_pull; role variable verify_container_pull)" % image)
         argv = [docker, "run", "--rm", "--gpus", "all", image, "nvidia-smi", "-L"]
         rc, out, err = self.run(argv, int(conf.get("timeout_s") or 300))
         listed = [line for line in out.splitlines() if line.startswith("GPU ")]

@@ -258,7 +258,8 @@ def test_container_and_dcgm_rungs(h200x2: dict[str, Any], tmp_path: Path) -> Non
                    "dcgmi diag": (0, json.dumps({"tests": [{"results": [{"status": "Pass"}, {"status": "Fail"}]}]}),
                                   "")})
     lad = _ladder(h200x2, tmp_path, run, tools=("docker", "dcgmi"), container={"image": "cuda:x", "pull": False})
-    assert lad.container_step()["reason"] == "image cuda:x is not present and verify_container_pull is false"
+    assert lad.container_step()["reason"] == ("image cuda:x is not present and pulling is off (fleet file: "
+                                               "verify.container_pull; role variable verify_container_pull)")
     dcgm = lad.dcgm_step()
     assert dcgm["status"] == "fail" and dcgm["evidence"]["results"] == {"fail": 1, "pass": 1}
     run = FakeRun({"docker image": (0, "[]", ""), "docker run": (0, SMI_L, "")})
@@ -278,7 +279,7 @@ def test_a_crashing_rung_fails_alone_and_unselected_rungs_skip(h200x2: dict[str,
     steps = _by_name(lad.run_all())
     assert steps["gpus"]["status"] == "pass"
     assert steps["persistence"] == {**steps["persistence"], "status": "fail", "reason": "internal error: KeyError: 'x'"}
-    assert steps["p2p"]["reason"] == "not selected (verify_steps)"
+    assert steps["p2p"]["reason"] == "not selected (fleet file: verify.skip; role variable verify_steps)"
 
 
 def test_python_candidates_keep_each_virtual_environment(tmp_path: Path) -> None:
