@@ -5,7 +5,8 @@ For each host count (``--hosts 1 8``) the lab is brought to that size (``gpuprov
 is applied once to converge (not timed), then each tuning in ``--tunings`` re-runs the whole site
 ``--runs`` times with no change to make. Printed per run: wall time (ansible-runner start to end),
 the slowest host's span, and a per-role breakdown (sum of task durations per role on the slowest
-host, from ansible-runner's ``runner_on_*`` events - never from stdout). ``--json PATH`` keeps it all.
+host, from ansible-runner's ``runner_on_*`` events - never from stdout) and the controller's CPU seconds
+(:func:`controller_cpu_s`), in all and per host. ``--json PATH`` keeps it all.
 
 Tunings (environment for ansible-playbook over gpuprov's own, and forks):
 
@@ -30,6 +31,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -73,6 +75,17 @@ def run_site(inventory: Path, state_root: Path, env: dict[str, str], forks: int)
     return run_playbook(request)
 
 
+def controller_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and every child it has waited for: gpuprov's runner and
+    ansible-playbook with its forks and SSH clients - the controller's share of a run. The lab hosts' own
+    processes (sshd and the modules in each container) are not our children and are not counted."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
 def describe(result: RunResult) -> dict[str, Any]:
     """Wall time, changed/failed counts and the slowest host's per-role task time (seconds)."""
     slowest = max(result.hosts.values(), key=lambda h: h.duration_s)
@@ -114,12 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         for tuning in args.tunings:
             env, forks = tuning_env(tuning, count, cache)
             for i in range(args.runs):
-                point = {"hosts": count, "tuning": tuning, "run": i + 1, "forks": forks,
-                         **describe(run_site(inventory, work, env, forks))}
+                cpu_before = controller_cpu_s()
+                result = run_site(inventory, work, env, forks)
+                cpu = controller_cpu_s() - cpu_before
+                point = {"hosts": count, "tuning": tuning, "run": i + 1, "forks": forks, **describe(result),
+                         "controller_cpu_s": round(cpu, 2), "controller_cpu_per_host_s": round(cpu / count, 2)}
                 report["points"].append(point)
                 roles = ", ".join(f"{r} {s:.1f}" for r, s in point["roles_s"].items())
                 print(f"{count} host(s) {tuning:9s} run {i + 1}: {point['wall_s']:6.1f} s wall, "
-                      f"changed {point['changed']}, slowest host {point['slowest_host_s']:.1f} s ({roles})", flush=True)
+                      f"controller CPU {cpu:.1f} s ({cpu / count:.1f} s per host), changed {point['changed']}, "
+                      f"slowest host {point['slowest_host_s']:.1f} s ({roles})", flush=True)
     if args.json_path:
         args.json_path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return 0
