@@ -190,7 +190,8 @@ def test_main_job(lab: dict[str, Any]) -> None:
             "gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager", "services", "p2p"}, (name, steps)
         assert steps["services"]["evidence"]["services"]["nvidia-persistenced.service"]["active"] == "active"
         # the fleet file's verify.skip: the simulated GPUs run no CUDA kernel and no DCGM diagnostic
-        assert steps["cuda_sample"]["reason"] == steps["dcgm_diag"]["reason"] == "not selected (fleet file: verify.skip; role variable verify_steps)"
+        assert steps["cuda_sample"]["reason"] == steps["dcgm_diag"]["reason"] == (
+            "not selected (fleet file: verify.skip; role variable verify_steps)")
         # the lab fleet asks for no MIG layout
         assert steps["mig"]["status"] == "skip" and "not managed" in steps["mig"]["reason"], steps["mig"]
         # Docker runs, but the lab has no registry to pull the CUDA smoke-test image from
