@@ -7,6 +7,8 @@ not read. Pure Python 3.8, no Ansible, no I/O; :func:`~doctor.diagnose` calls :f
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_gpus import gpu_label
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import norm_bus
 from ansible_collections.gpuprov.gpu.plugins.module_utils.xid import action, mnemonic, severity
@@ -38,7 +40,7 @@ def check_kernel_log_events(facts, out):
             "run gpuprov doctor as root, or as a member of group adm or systemd-journal (journalctl -k)",
         )
     by_bus = _gpus_by_bus(facts)
-    groups = {}
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for event in log.get("events") or []:
         if event.get("kind") not in ("xid", "sxid") or not event.get("class"):
             continue

@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import subprocess
+from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import norm_bus
 from ansible_collections.gpuprov.gpu.plugins.module_utils.platform_read import read_file
@@ -72,7 +73,7 @@ def scan_kernel_log(text):
     appearance: ``{kind (xid | sxid | fallen_off_bus | rm_init_failed | invalid_region), bus_id, xid, count,
     line (the first), last_line}``; Xid events add ``class`` (module_utils/xid.py) and ``pids``/``names`` of the
     processes the driver named (up to 5 each); SXid events add ``sxid``, ``device``, ``fatal`` and ``class``."""
-    events = {}
+    events: dict[tuple[Any, ...], dict[str, Any]] = {}
     lines = text.splitlines()
     for number, line in enumerate(lines):
         event = _event(line, lines, number)

@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as rules
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_workload import swinging
 
-from gpuprov import doctor
+from gpuprov import doctor, holders
 from tests.bios_check_fixtures import (
     A100X8_BUS,
     GIB,
@@ -289,7 +289,7 @@ def test_device_holders_scan(tmp_path: Path) -> None:
     (fd / "4").symlink_to("/dev/null")
     (tmp_path / "77" / "comm").write_text("train.py\n")
     (tmp_path / "self").mkdir()
-    assert doctor.device_holders(str(tmp_path)) == [{"pid": 77, "command": "train.py", "devices": ["/dev/nvidia0"]}]
+    assert holders.collect(str(tmp_path)) == [{"pid": 77, "command": "train.py", "devices": ["/dev/nvidia0"]}]
 
 
 def test_rules_are_python38_syntax() -> None:
