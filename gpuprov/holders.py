@@ -58,8 +58,9 @@ def _own_tree() -> set[int]:
     return pids
 
 
-def _describe(pid: int, entry: dict[str, Any]) -> None:
-    """Add user, cmdline, pgid, create_time, allowed and job_ended from the live process (psutil)."""
+def _describe(pid: int, entry: dict[str, Any], mine: set[int]) -> None:
+    """Add user, cmdline, pgid, create_time, allowed and job_ended from the live process (psutil); ``mine`` is
+    this process's own tree (:func:`_own_tree`)."""
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
@@ -76,7 +77,7 @@ def _describe(pid: int, entry: dict[str, Any]) -> None:
         cgroup = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
     entry["pgid"] = pgid
     entry["allowed"] = known_service(entry["command"], cgroup)
-    if pid == 1 or pid in _own_tree():
+    if pid == 1 or pid in mine:
         entry["allowed"] = entry["allowed"] or "pid 1 or gpuprov doctor itself"
     try:
         leader_alive = is_alive(psutil.Process(pgid))
@@ -94,6 +95,7 @@ def collect(proc_root: str = "/proc", device_glob: str = DEVICE_GLOB,
     found = _fd_holders(proc_root, device_glob)
     memory = gpu_memory or {}
     live = os.path.realpath(proc_root) == "/proc"
+    mine = _own_tree() if live else set()
     out = []
     for pid in sorted(set(found) | (set(memory) if live else set())):
         entry: dict[str, Any] = {"pid": pid, "command": "?", "devices": found.get(pid, [])}
@@ -104,7 +106,7 @@ def collect(proc_root: str = "/proc", device_glob: str = DEVICE_GLOB,
             continue
         if pid in memory:
             entry["gpu_memory_bytes"] = memory[pid]
-        _describe(pid, entry)
+        _describe(pid, entry, mine)
         out.append(entry)
     return out
 

@@ -81,9 +81,13 @@ def check_utilisation(facts, out):
         )
 
 
-def _memory(proc):
+def _held(proc):
+    """'/dev/nvidia0, /dev/nvidiactl and 3072 MiB of GPU memory': what a holder holds."""
     used = proc.get("gpu_memory_bytes")
-    return " and %d MiB of GPU memory" % (used // 2**20) if isinstance(used, int) and used > 0 else ""
+    parts = [", ".join(proc.get("devices") or [])] if proc.get("devices") else []
+    if isinstance(used, int) and used > 0:
+        parts.append("%d MiB of GPU memory" % (used // 2**20))
+    return " and ".join(parts) or "the GPU"
 
 
 def check_holders(facts, out):
@@ -99,15 +103,13 @@ def check_holders(facts, out):
         pid = proc.get("pid")
         if proc.get("allowed") or known_service(command):
             continue
-        devices = ", ".join(proc.get("devices") or []) or "no device file"
         if proc.get("job_ended"):
             out.add(
                 "leftover_gpu_process",
                 "warn",
                 "pid %s" % pid,
-                "process %s (user %s: %s) holds %s%s, but its job has ended (process group %s has no leader "
-                "left)" % (pid, proc.get("user") or "?", proc.get("cmdline") or command, devices, _memory(proc),
-                           proc.get("pgid")),
+                "process %s (user %s: %s) holds %s, but its job has ended (process group %s has no leader "
+                "left)" % (pid, proc.get("user") or "?", proc.get("cmdline") or command, _held(proc), proc.get("pgid")),
                 "gpuprov doctor --fix ends it after confirmation (SIGTERM, then SIGKILL); by hand: kill %s "
                 "(kill -9 %s if it ignores TERM); the GPU memory is freed when it exits" % (pid, pid),
             )
@@ -122,7 +124,7 @@ def check_holders(facts, out):
             % (
                 pid,
                 command,
-                (proc.get("devices") and devices) or "/dev/nvidia*",
+                ", ".join(proc.get("devices") or []) or "/dev/nvidia*",
                 "NVML lists no GPU work for it (left over from an interrupted job?)"
                 if known is not None
                 else "NVML's process list is not collected here",
