@@ -10,7 +10,6 @@ from typing import Any
 import click
 from rich.console import Console
 
-from gpuprov import holders
 from gpuprov.cli import output
 from gpuprov.cli.options import limit_option
 from gpuprov.exceptions import ConfigError, DriftFound, HostsFailed
@@ -37,6 +36,8 @@ def _print(console: Console, title: str, diagnoses: list[dict[str, Any]], fixes:
 def _end_leftovers(console: Console, found: list[dict[str, Any]], yes: bool, as_json: bool) -> list[dict[str, Any]]:
     """End the leftover GPU processes once confirmed (``--yes``, or y at the prompt on a terminal); returns
     fix records ``{id, action, rc, output}`` per process."""
+    from gpuprov import holders
+
     if not found:
         return []
     err = output.console(stderr=True, highlight=False) if as_json else console
@@ -80,9 +81,11 @@ def command(fleet: Path | None, local: bool, limit: str | None, fix: bool, yes: 
     Exit codes: 0 no problem; 1 problems found (fail or warn); 2 invalid input; 3 hosts failed or unreachable;
     4 nothing could be checked locally (no pynvml and no readable PCI bus).
     """
-    from gpuprov import doctor
+    from gpuprov import doctor, holders
 
     console = output.console(highlight=False)
+    if yes and not fix:
+        raise ConfigError("--yes answers --fix's question: use it with --fix")
     if devices is not None and fleet is not None:
         raise ConfigError("--devices applies to this machine only: drop FLEET or --devices")
     if fleet is not None and local:

@@ -89,6 +89,7 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yml"
     fleet.write_text("x")
     assert main(["doctor", str(fleet), "--devices", "/dev/nvidia*"]) == 2
+    assert main(["doctor", "--yes"]) == 2
 
 
 def test_fleet_unreachable_exits_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
