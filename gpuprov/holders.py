@@ -58,6 +58,14 @@ def _own_tree() -> set[int]:
     return pids
 
 
+def _cgroup(pid: int) -> str:
+    """``/proc/<pid>/cgroup`` (empty when unreadable)."""
+    try:
+        return Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
 def _describe(pid: int, entry: dict[str, Any], mine: set[int]) -> None:
     """Add user, cmdline, pgid, create_time, allowed and job_ended from the live process (psutil); ``mine`` is
     this process's own tree (:func:`_own_tree`)."""
@@ -72,11 +80,10 @@ def _describe(pid: int, entry: dict[str, Any], mine: set[int]) -> None:
     except (psutil.Error, OSError):
         entry["job_ended"] = None  # ended meanwhile, or not ours to look at
         return
-    cgroup = ""
-    with contextlib.suppress(OSError):
-        cgroup = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
+    cgroup = _cgroup(pid)
     entry["pgid"] = pgid
-    entry["allowed"] = known_service(entry["command"], cgroup)
+    # a process in doctor's own cgroup (doctor itself runs in that container or unit) is judged by name only
+    entry["allowed"] = known_service(entry["command"], cgroup if cgroup != _cgroup(os.getpid()) else "")
     if pid == 1 or pid in mine:
         entry["allowed"] = entry["allowed"] or "pid 1 or gpuprov doctor itself"
     try:
