@@ -10,9 +10,9 @@ Source of :data:`XIDS`: the "Analyzing Xid Errors with the Xid Catalog" table of
 (:data:`SOURCE`), for Ampere and newer GPUs: per Xid its mnemonic, the *Resolution Bucket (Immediate Action)*
 and the *Resolution Bucket (Investigatory Action)*. Listed are the Xids the catalogue marks as applying to at
 least one of A100, H100, B100 or GB200, except 78 (vGPU start, UPDATE_SWFW), 108 (unused), 159 (C2C on Grace
-systems, CHECK_UVM) and 162 onwards (no resolution bucket given); an Xid not listed classifies as ``unknown``. SXids are classified by the
-severity the NVSwitch driver prints in the event's first line (``Fatal`` / ``Non-fatal``), as NVIDIA's Fabric
-Manager user guide (:data:`SXID_SOURCE`) splits them.
+systems, CHECK_UVM) and 162 onwards (no resolution bucket given); an Xid not listed classifies as ``unknown``.
+SXids are classified by the severity the NVSwitch driver prints in the event's first line (``Fatal`` /
+``Non-fatal``), as NVIDIA's Fabric Manager user guide (:data:`SXID_SOURCE`) splits them.
 """
 
 
