@@ -29,6 +29,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml as nvml_co
 from ansible_collections.gpuprov.gpu.plugins.module_utils import platform_report
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_driver import SECURE_BOOT_LOG
 
+from gpuprov import holders
 from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.hostplay import TaskResults
 from gpuprov.resources import role_defaults
@@ -106,36 +107,16 @@ def module_log(kernel_log_path: str | None) -> list[str]:
     return [line for line in text.splitlines() if SECURE_BOOT_LOG.search(line)]
 
 
-def device_holders(proc_root: str = "/proc") -> list[dict[str, Any]]:
-    """Processes with ``/dev/nvidia*`` open, from a ``<proc_root>/*/fd`` scan (what ``fuser -v`` reads)."""
-    out = []
-    for pid_dir in Path(proc_root).iterdir() if Path(proc_root).is_dir() else []:
-        if not pid_dir.name.isdigit():
-            continue
-        devices: set[str] = set()
-        with contextlib.suppress(OSError):
-            for fd in (pid_dir / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    target = str(fd.readlink())
-                    if target.startswith("/dev/nvidia"):
-                        devices.add(target)
-        if devices:
-            try:
-                command = (pid_dir / "comm").read_text(encoding="utf-8").strip()
-            except OSError:
-                command = "?"
-            out.append({"pid": int(pid_dir.name), "command": command, "devices": sorted(devices)})
-    return sorted(out, key=lambda p: int(p["pid"]))
-
-
-def _nvml_extras(nv: Any, count: int) -> tuple[dict[str, int], list[int] | None]:
-    """Throttle reasons per GPU index and the pids NVML lists on any GPU (None when it cannot say)."""
+def _nvml_extras(nv: Any, count: int) -> tuple[dict[str, int], list[int] | None, dict[int, int]]:
+    """Throttle reasons per GPU index, the pids NVML lists on any GPU (None when it cannot say) and the GPU
+    memory each uses (pid -> bytes, summed over GPUs; ``usedGpuMemory``, absent where NVML cannot say)."""
     throttle: dict[str, int] = {}
     pids: list[int] | None = []
+    memory: dict[int, int] = {}
     try:
         nv.nvmlInit()
     except nv.NVMLError:
-        return throttle, None
+        return throttle, None, memory
     try:
         for index in range(count):
             try:
@@ -152,17 +133,23 @@ def _nvml_extras(nv: Any, count: int) -> tuple[dict[str, int], list[int] | None]
                 except (nv.NVMLError, AttributeError):
                     pids = None
                     continue
-                if pids is not None:
-                    pids.extend(int(p.pid) for p in procs)
+                for p in procs:
+                    if pids is not None:
+                        pids.append(int(p.pid))
+                    used = getattr(p, "usedGpuMemory", None)
+                    if isinstance(used, int):
+                        memory[int(p.pid)] = memory.get(int(p.pid), 0) + used
     finally:
         with contextlib.suppress(nv.NVMLError):
             nv.nvmlShutdown()
-    return throttle, pids
+    return throttle, pids, memory
 
 
 def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sys", proc_root: str = "/proc",
-                kernel_log_path: str | None = None, running_kernel: str | None = None) -> dict[str, Any]:
-    """Collect this machine's doctor facts. The roots let tests point the reads at fixture trees.
+                kernel_log_path: str | None = None, running_kernel: str | None = None,
+                device_glob: str = holders.DEVICE_GLOB) -> dict[str, Any]:
+    """Collect this machine's doctor facts. The roots let tests point the reads at fixture trees; ``device_glob``
+    names the device files whose holders are listed (:mod:`gpuprov.holders`).
 
     Raises:
         EnvironmentMissing: neither NVML (pynvml) nor the PCI bus could be read: nothing can be checked. Exit 4.
@@ -184,7 +171,7 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
     facts["platform"] = platform_report.collect(sysfs_root, proc_root, kernel_log_path, daemons=True, services=True)
     facts["kernel"] = kernel_facts(running_kernel)
     facts["module_log"] = module_log(kernel_log_path)
-    facts["holders"] = device_holders(proc_root)
+    facts["holders"] = holders.collect(proc_root, device_glob)
     facts["daemons"] = facts["platform"].get("daemons")
     facts["services"] = facts["platform"].get("services")
     if pynvml is None:
@@ -198,7 +185,9 @@ def local_facts(window_s: float = 10.0, samples: int = 5, sysfs_root: str = "/sy
                 series.setdefault(str(gpu["index"]), []).append((gpu.get("live") or {}).get("utilization_gpu_pct"))
             if n < samples - 1:
                 time.sleep(window_s / max(1, samples - 1))
-        facts["throttle"], facts["nvml_pids"] = _nvml_extras(pynvml, int(facts["nvml"]["count"]))
+        facts["throttle"], facts["nvml_pids"], memory = _nvml_extras(pynvml, int(facts["nvml"]["count"]))
+        if memory:  # add the processes NVML lists with GPU memory, and how much
+            facts["holders"] = holders.collect(proc_root, device_glob, memory)
     facts["samples"] = {"window_s": window_s, "gpus": series}
     return facts
 

@@ -11,7 +11,8 @@ Input: one host's ``facts`` dict (every key optional; a missing key means "not c
     module_log: kernel log lines about loading kernel modules (Secure Boot rejections), a list of str
     samples:  {"window_s": float, "gpus": {"<index>": [utilisation %, ...]}}, NVML sampled over the window
     throttle: {"<index>": NVML clocks event (throttle) reasons bitmask}
-    holders:  [{pid, command, devices}] processes holding /dev/nvidia* (fuser -v or a /proc/*/fd scan)
+    holders:  [{pid, command, devices, ...}] processes holding /dev/nvidia* or GPU memory (fuser -v, or locally
+              gpuprov.holders: with user, cmdline, gpu_memory_bytes, allowed (a known service) and job_ended)
     nvml_pids: pids NVML lists as running on any GPU, or None when unknown
     daemons:  NVIDIA daemons running (``running_daemons`` of module_utils/health.py), or None when unknown
     services: the stack's systemd units (``service_states`` of module_utils/health.py), or None without systemd
@@ -23,9 +24,10 @@ Output: diagnoses ``{id, severity (fail|warn|info), subject, evidence, fix, fixa
 the argv of the safe repair when ``fixable`` (see docs/doctor.md).
 
 The rules are grouped by what they look at, one file per group: ``doctor_driver`` (the GPU on the bus, nouveau,
-why the driver is not loaded), ``doctor_gpus`` (persistence, ECC, MIG pending, temperature, throttling),
+why the driver is not loaded), ``doctor_gpus`` (persistence, ECC and row remapping, MIG pending, temperature,
+throttling), ``doctor_health`` (Xid and SXid events of the kernel log, classified after NVIDIA's Xid catalogue),
 ``doctor_fleet`` (the rules the verify ladder applies too: services, GPU count and model, driver versions,
-Fabric Manager, MIG layout) and ``doctor_workload`` (utilisation swinging, stale device holders). bios_check's
+Fabric Manager, MIG layout) and ``doctor_workload`` (utilisation swinging, stale and leftover GPU holders). bios_check's
 PCIe, BAR and lost-GPU rules come from module_utils/findings.py's ``evaluate``, which the caller passes in as
 ``findings_evaluate``. This file runs the groups in order and sorts the result.
 """
@@ -43,11 +45,13 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_fleet import (
     check_services,
 )
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_gpus import check_gpu_state
+from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_health import check_kernel_log_events
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_workload import check_holders, check_utilisation
 
 SEVERITIES = ("fail", "warn", "info")
 
 #: bios_check findings that are doctor diagnoses too (ids kept, evidence and fix as bios_check words them).
+#: Its gpu_hardware_xid is not: doctor reports every Xid with its class and action (doctor_health).
 FINDINGS_KEPT = (
     "bar1_too_small",
     "bar1_unassigned",
@@ -58,7 +62,6 @@ FINDINGS_KEPT = (
     "pcie_link_degraded",
     "pcie_link_low_under_load",
     "gpu_lost",
-    "gpu_hardware_xid",
 )
 
 
@@ -107,6 +110,7 @@ def diagnose(facts: dict[str, Any] | None, findings_evaluate: Callable[..., list
             if finding["id"] in FINDINGS_KEPT:
                 out.add(finding["id"], finding["severity"], finding["subject"], finding["evidence"], finding["fix"])
     check_gpu_state(facts, out)
+    check_kernel_log_events(facts, out)
     check_fleet_rules(facts, out)
     check_mig_layout(facts, out)
     check_services(facts, out)

@@ -28,6 +28,50 @@ def gpu_label(gpu):
     return "GPU %s (%s)" % (gpu.get("index"), gpu.get("pci_bus_id_sysfs") or "bus id unknown")
 
 
+def check_ecc(gpu, out):
+    """ecc_uncorrectable (volatile uncorrectable errors, page retirement pending), row_remap_pending and
+    row_remap_failure for one GPU, from NVML's ECC counters and nvmlDeviceGetRemappedRows (``remapped_rows``
+    {correctable, uncorrectable, pending, failure}: NVML's corrRows, uncRows, isPending, failureOccurred)."""
+    ecc = gpu.get("ecc") or {}
+    rows = ecc.get("remapped_rows") or {}
+    subject = gpu.get("pci_bus_id_sysfs") or "gpu%s" % gpu.get("index")
+    who = "%s (uuid %s)" % (gpu_label(gpu), gpu.get("uuid"))
+    index = gpu.get("index")
+    bad = []
+    if (ecc.get("uncorrected_volatile") or 0) > 0:
+        bad.append("%d uncorrectable ECC error(s) since the last reset" % ecc["uncorrected_volatile"])
+    if ecc.get("retired_pages_pending"):
+        bad.append("a page retirement is pending")
+    if bad:
+        out.add(
+            "ecc_uncorrectable",
+            "fail",
+            subject,
+            "%s: %s" % (who, "; ".join(bad)),
+            "drain the jobs on GPU %s, then reset it (nvidia-smi -r -i %s) or reboot so the retirement takes "
+            "effect; if uncorrectable errors come back, replace the GPU (RMA)" % (index, index),
+        )
+    counts = "%s row(s) remapped for uncorrectable and %s for correctable errors" % (
+        rows.get("uncorrectable"), rows.get("correctable"))
+    if rows.get("pending"):
+        out.add(
+            "row_remap_pending",
+            "fail",
+            subject,
+            "%s: a row remap is pending (%s); the GPU uses the faulty row until it is reset" % (who, counts),
+            "drain the jobs on GPU %s, then reset it (nvidia-smi -r -i %s) or reboot so the remap takes effect"
+            % (index, index),
+        )
+    if rows.get("failure"):
+        out.add(
+            "row_remap_failure",
+            "fail",
+            subject,
+            "%s: row remapping FAILED, no spare row was left (%s)" % (who, counts),
+            "take GPU %s out of service, run nvidia-bug-report.sh and contact the hardware vendor (RMA)" % index,
+        )
+
+
 def check_gpu_state(facts, out):
     """ECC, persistence, MIG pending, temperature and throttle reasons, per GPU."""
     nvml = facts.get("nvml") or {}
@@ -45,27 +89,7 @@ def check_gpu_state(facts, out):
             ["nvidia-smi", "-pm", "1"],
         )
     for gpu in gpus:
-        ecc = gpu.get("ecc") or {}
-        rows = ecc.get("remapped_rows") or {}
-        bad = []
-        if (ecc.get("uncorrected_volatile") or 0) > 0:
-            bad.append("%d uncorrectable ECC error(s) since the last reset" % ecc["uncorrected_volatile"])
-        if rows.get("pending"):
-            bad.append("a row remap is pending")
-        if rows.get("failure"):
-            bad.append("row remapping FAILED")
-        if ecc.get("retired_pages_pending"):
-            bad.append("a page retirement is pending")
-        if bad:
-            out.add(
-                "ecc_uncorrectable",
-                "fail",
-                gpu.get("pci_bus_id_sysfs") or "gpu%s" % gpu.get("index"),
-                "%s (uuid %s): %s" % (gpu_label(gpu), gpu.get("uuid"), "; ".join(bad)),
-                "drain the jobs on GPU %s, then reset it (nvidia-smi -r -i %s) or reboot so the remap/retirement "
-                "takes effect; if uncorrectable errors come back or remapping failed, replace the GPU (RMA)"
-                % (gpu.get("index"), gpu.get("index")),
-            )
+        check_ecc(gpu, out)
         mig = gpu.get("mig") or {}
         if mig.get("pending") is not None and mig.get("current") is not None and mig["pending"] != mig["current"]:
             out.add(

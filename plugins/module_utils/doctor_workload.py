@@ -1,8 +1,9 @@
 # Copyright: gpuprov contributors
 # Apache-2.0
 """gpuprov doctor rules on the work running on the GPUs: utilisation swinging between idle and busy (an input
-pipeline that cannot keep up) and processes left holding /dev/nvidia*. Pure Python 3.8, no Ansible, no I/O;
-:func:`~doctor.diagnose` calls :func:`check_utilisation` and :func:`check_holders`."""
+pipeline that cannot keep up) and processes left holding /dev/nvidia* or GPU memory, with the services that hold
+them by design (:func:`known_service`). Pure Python 3.8, no Ansible, no I/O; :func:`~doctor.diagnose` calls
+:func:`check_utilisation` and :func:`check_holders`."""
 
 
 from __future__ import annotations
@@ -20,8 +21,31 @@ BUSY_PCT = 70
 IDLE_PCT = 10
 LOW_SHARE = 0.3
 
-#: Processes that hold /dev/nvidia* by design and are never stale.
+#: Processes that hold /dev/nvidia* by design and are never stale (process names; the kernel keeps 15 characters,
+#: hence "nvidia-persiste"). "dcgm" covers dcgm-exporter and dcgmi.
 DAEMONS = ("nvidia-persiste", "nvidia-persistenced", "nv-fabricmanager", "nv-hostengine", "nvidia-smi", "dcgm")
+
+#: systemd units whose processes hold the GPUs by design: the NVIDIA daemons, DCGM and its exporter (the
+#: monitoring role) and gpuprov's image workers (the image_workers role), found in /proc/<pid>/cgroup.
+KNOWN_UNITS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-dcgm.service",
+               "dcgm-exporter.service", "gpuprov-worker@")
+
+#: cgroup path parts of containers (Docker, containerd, CRI-O, Podman, Kubernetes): their runtime owns the
+#: processes' lifetime, so doctor never calls them left over.
+CONTAINER_CGROUPS = ("docker", "containerd", "crio-", "libpod-", "kubepods")
+
+
+def known_service(command: str | None, cgroup: str = "") -> str | None:
+    """Why a process with this name and /proc/<pid>/cgroup text holds the GPU by design, or None."""
+    if str(command or "").startswith(DAEMONS):
+        return "NVIDIA daemon %s" % command
+    for unit in KNOWN_UNITS:
+        if unit in (cgroup or ""):
+            return "service %s" % unit.rstrip("@")
+    for marker in CONTAINER_CGROUPS:
+        if marker in (cgroup or ""):
+            return "container (its runtime manages it)"
+    return None
 
 
 def _stdev(values):
@@ -57,31 +81,54 @@ def check_utilisation(facts, out):
         )
 
 
+def _held(proc):
+    """'/dev/nvidia0, /dev/nvidiactl and 3072 MiB of GPU memory': what a holder holds."""
+    used = proc.get("gpu_memory_bytes")
+    parts = [", ".join(proc.get("devices") or [])] if proc.get("devices") else []
+    if isinstance(used, int) and used > 0:
+        parts.append("%d MiB of GPU memory" % (used // 2**20))
+    return " and ".join(parts) or "the GPU"
+
+
 def check_holders(facts, out):
-    """stale_device_holder, per process holding /dev/nvidia* that is no daemon and has no NVML work."""
+    """leftover_gpu_process per holder whose job has ended (its process group leader is gone); stale_device_holder
+    per other holder of /dev/nvidia* that NVML lists no work for. Known services (:func:`known_service`) are never
+    reported."""
     holders = facts.get("holders")
     if holders is None:
         return
     known = facts.get("nvml_pids")
     for proc in holders:
         command = str(proc.get("command") or "?")
-        if command.startswith(DAEMONS) or (known is not None and proc.get("pid") in known):
+        pid = proc.get("pid")
+        if proc.get("allowed") or known_service(command):
+            continue
+        if proc.get("job_ended"):
+            out.add(
+                "leftover_gpu_process",
+                "warn",
+                "pid %s" % pid,
+                "process %s (user %s: %s) holds %s, but its job has ended (process group %s has no leader "
+                "left)" % (pid, proc.get("user") or "?", proc.get("cmdline") or command, _held(proc), proc.get("pgid")),
+                "gpuprov doctor --fix ends it after confirmation (SIGTERM, then SIGKILL); by hand: kill %s "
+                "(kill -9 %s if it ignores TERM); the GPU memory is freed when it exits" % (pid, pid),
+            )
+            continue
+        if known is not None and pid in known:
             continue
         out.add(
             "stale_device_holder",
             "warn" if known is not None else "info",
-            "pid %s" % proc.get("pid"),
+            "pid %s" % pid,
             "process %s (%s) holds %s but %s"
             % (
-                proc.get("pid"),
+                pid,
                 command,
-                ", ".join(proc.get("devices") or ["/dev/nvidia*"]),
+                ", ".join(proc.get("devices") or []) or "/dev/nvidia*",
                 "NVML lists no GPU work for it (left over from an interrupted job?)"
                 if known is not None
                 else "NVML's process list is not collected here",
             ),
             "check it with fuser -v /dev/nvidia* and ps -o pid,etime,cmd -p %s; if it is a dead job's leftover: "
-            "kill %s (kill -9 %s if it ignores TERM); the GPU memory is freed when it exits"
-            % (proc.get("pid"), proc.get("pid"), proc.get("pid")),
+            "kill %s (kill -9 %s if it ignores TERM); the GPU memory is freed when it exits" % (pid, pid, pid),
         )
-

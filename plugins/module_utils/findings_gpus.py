@@ -10,15 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import model_matches, norm_bus, usable_gpus
-
-#: Xids that mean hardware or firmware trouble, not an install problem (NVIDIA Xid catalogue).
-HARDWARE_XIDS = {
-    48: "double-bit ECC error",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-}
+from ansible_collections.gpuprov.gpu.plugins.module_utils.xid import NEEDS_ADMIN, classify, mnemonic
 
 FIX_HARDWARE = (
     "reboot or power-cycle, then check power delivery, cooling, seating and system BIOS; this is not "
@@ -77,8 +69,9 @@ def check_lost(out, platform, gpus, previous):
             )
     for event in (platform.get("kernel_log") or {}).get("events") or []:
         bus = event.get("bus_id") or "gpu"
-        if event.get("kind") == "xid" and event.get("xid") in HARDWARE_XIDS:
-            note(bus, event["xid"] == 79, "kernel log: Xid %d (%s)" % (event["xid"], HARDWARE_XIDS[event["xid"]]))
+        # an Xid whose class in NVIDIA's catalogue (module_utils/xid.py) needs a reset, a reboot or the vendor
+        if event.get("kind") == "xid" and classify(event.get("xid"), event.get("line") or "") in NEEDS_ADMIN:
+            note(bus, event["xid"] == 79, "kernel log: Xid %d (%s)" % (event["xid"], mnemonic(event["xid"])))
         elif event.get("kind") == "fallen_off_bus":
             note(bus, True, "kernel log: GPU has fallen off the bus")
     functions = (platform.get("pci") or {}).get("gpu_functions") or []

@@ -11,7 +11,8 @@ module: platform_info
 short_description: Report firmware, IOMMU, PCIe ACS, GPU BARs, RAM, disks and GPU kernel-log events
 description:
   - Reads and changes nothing. Every path is under O(sysfs_root) or O(proc_root), so tests point the
-    module at fake trees; the kernel log comes from O(kernel_log_path) or C(journalctl -k -b).
+    module at fake trees; the kernel log comes from O(kernel_log_path), or C(journalctl -k -b) and, where
+    that shows no kernel messages, C(/dev/kmsg).
   - Boot mode from C(<sysfs_root>/firmware/efi) - C(uefi), C(legacy) (bare metal without it) or
     C(unknown) (a virtual machine, C(hypervisor) CPU flag, where the platform may hide EFI).
   - Secure Boot from the C(SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c) EFI variable (last byte)
@@ -76,7 +77,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 platform:
-  description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log, and with
+  description: The platform report; keys boot, secure_boot, iommu, pci, ram, disks, kernel_log
+    (C(source), C(available), C(error), C(events) - Xid and SXid events with their count and the class of
+    NVIDIA's Xid catalogue, module_utils/xid.py), and with
     O(daemons) daemons (the NVIDIA daemons running, by process name), with O(services) services
     (per unit C(type), C(enabled), C(active), C(sub) and C(result); null without systemd).
   returned: always

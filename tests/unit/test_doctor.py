@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import doctor as rules
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_workload import swinging
 
-from gpuprov import doctor
+from gpuprov import doctor, holders
 from tests.bios_check_fixtures import (
     A100X8_BUS,
     GIB,
@@ -160,15 +160,18 @@ def test_xid79(mock_lib_dir: Path, tmp_path: Path) -> None:
     buses = [b if i != 1 else "0000:3b:00.0" for i, b in enumerate(A100X8_BUS)]
     tree = a100_tree(gpus=[Gpu(b, bar1_size=128 * GIB) for b in buses], kernel_log=LOG_XID79, proc_gpus=buses)
     found = doctor.diagnose(collect(mock_lib_dir, tmp_path, "xid79", tree))
-    assert ids(found) == ["gpu_lost"]
+    assert ids(found) == ["gpu_lost", "xid_reboot"]  # NVML lost it; the Xid's catalogue action is a reboot
     assert found[0]["subject"] == "0000:3b:00.0" and "not a driver install problem" in found[0]["fix"]
+    assert found[1]["subject"] == "0000:3b:00.0" and "Xid 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS" in (
+        found[1]["evidence"]) and found[1]["fix"].startswith("drain the node and reboot it")
 
 
 def test_ecc_uncorrectable(mock_lib_dir: Path, tmp_path: Path) -> None:
     found = doctor.diagnose(collect(mock_lib_dir, tmp_path, "ecc-uncorrectable", healthy_h200()))
-    assert ids(found) == ["ecc_uncorrectable"]
-    assert found[0]["subject"] == "0000:00:07.0" and "nvidia-smi -r -i 1" in found[0]["fix"]
-    assert "row remap is pending" in found[0]["evidence"]
+    assert ids(found) == ["ecc_uncorrectable", "row_remap_pending"]
+    assert all(d["subject"] == "0000:00:07.0" and "nvidia-smi -r -i 1" in d["fix"] for d in found)
+    assert "2 uncorrectable ECC error(s)" in found[0]["evidence"]
+    assert "a row remap is pending (1 row(s) remapped for uncorrectable and 0 for correctable" in found[1]["evidence"]
 
 
 def test_persistence_off_is_a_safe_fix(mock_lib_dir: Path, tmp_path: Path) -> None:
@@ -286,7 +289,7 @@ def test_device_holders_scan(tmp_path: Path) -> None:
     (fd / "4").symlink_to("/dev/null")
     (tmp_path / "77" / "comm").write_text("train.py\n")
     (tmp_path / "self").mkdir()
-    assert doctor.device_holders(str(tmp_path)) == [{"pid": 77, "command": "train.py", "devices": ["/dev/nvidia0"]}]
+    assert holders.collect(str(tmp_path)) == [{"pid": 77, "command": "train.py", "devices": ["/dev/nvidia0"]}]
 
 
 def test_rules_are_python38_syntax() -> None:

@@ -86,6 +86,10 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     assert main(["doctor", str(tmp_path / "x.yml"), "--local"]) == 2
     assert main(["doctor", "--limit", "a"]) == 2
     assert main(["doctor", "--window", "-1"]) == 2
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text("x")
+    assert main(["doctor", str(fleet), "--devices", "/dev/nvidia*"]) == 2
+    assert main(["doctor", "--yes"]) == 2
 
 
 def test_fleet_unreachable_exits_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
