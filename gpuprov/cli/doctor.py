@@ -28,7 +28,7 @@ def _print(console: Console, title: str, diagnoses: list[dict[str, Any]], fixes:
     for f in fixes:
         result = "ok" if f.get("rc") == 0 else f"FAILED (rc {f.get('rc')})"
         action = f["action"] if isinstance(f["action"], str) else " ".join(f["action"])
-        console.print(f"{title}: fixed {f['id']}: ran `{action}`: {result}", markup=False)
+        console.print(f"{title}: fixed {f['id']}: ran `{action}`: {result}", markup=False, soft_wrap=True)
         if f.get("output"):
             console.print(f"    {f['output']}", markup=False)
 
@@ -45,7 +45,7 @@ def _end_leftovers(console: Console, found: list[dict[str, Any]], yes: bool, as_
         memory = h.get("gpu_memory_bytes")
         err.print(f"leftover GPU process {h['pid']} (user {h.get('user') or '?'}): {h.get('cmdline') or h['command']}"
                   + (f", {memory // 2**20} MiB of GPU memory" if isinstance(memory, int) else "")
-                  + f", holds {', '.join(h.get('devices') or []) or 'GPU memory'}", markup=False)
+                  + f", holds {', '.join(h.get('devices') or []) or 'GPU memory'}", markup=False, soft_wrap=True)
     question = f"End these {len(found)} process(es) (SIGTERM, SIGKILL after {holders.GRACE_S:g} s)?"
     if not yes:
         if not sys.stdin.isatty():
