@@ -39,14 +39,21 @@ def test_cuda_13_1_with_cudnn_9_17_runs_on_r580_under_minor_compatibility() -> N
     assert any("older than 590.44.01, which CUDA 13.1 shipped with" in note for note in host.notes)
 
 
-def test_auto_takes_a_minor_compatible_lts_branch_for_cuda_13_1() -> None:
-    """The OS rows list no branch from R590 on yet, so no branch gives CUDA 13.1 full compatibility: auto takes
-    the newest long-term branch that runs it under minor-version compatibility (R580, at or above 13.x's floor
-    580.65.06), says so, and keeps the note."""
+def test_auto_takes_the_long_term_branch_that_runs_cuda_13_1_fully() -> None:
+    """CUDA 13.1 shipped with R590: of the branches the OS row lists, R620 is the long-term support branch that
+    runs it with full compatibility, so auto takes it over R580 (minor-version compatibility only)."""
     host = _fleet("B300", '  cuda: {version: "13.1"}\n').hosts["h"]
+    assert host.settings["driver"]["branch"] == "620"
+    assert any("runs CUDA 13.1 with full compatibility" in r.reason for r in host.resolutions)
+    assert not any("older than 590.44.01" in note for note in host.notes)
+
+
+def test_auto_keeps_r580_where_the_cuda_release_runs_on_it() -> None:
+    """R620 is long-term too and supported longer, but auto takes the oldest long-term branch still supported
+    that fits: R580 for a CUDA 12.9 fleet."""
+    host = _fleet("B300", '  cuda: {version: "12.9"}\n').hosts["h"]
     assert host.settings["driver"]["branch"] == "580"
-    assert any("runs CUDA 13.1 with minor-version compatibility" in r.reason for r in host.resolutions)
-    assert any("older than 590.44.01, which CUDA 13.1 shipped with" in note for note in host.notes)
+    assert any(r.reason.startswith("oldest still supported ltsb branch") for r in host.resolutions)
 
 
 def test_auto_still_fails_where_no_branch_runs_the_cuda_release() -> None:
