@@ -98,3 +98,22 @@ def test_nvswitch_models() -> None:
     assert _fleet("B300", gpus=", nvswitch: true").hosts["h"].settings["gpus"]["nvswitch"] is True
     got = _problems("H100-NVL", gpus=", nvswitch: true")
     assert "does not sit on an NVSwitch baseboard" in got["settings.gpus.nvswitch"]
+
+
+@pytest.mark.parametrize("os", ["ubuntu2204", "ubuntu2404", "debian12"])
+@pytest.mark.parametrize("branch", ["590", "595", "610", "620"])
+def test_branches_from_r590_are_published_for_nvidias_repository(os: str, branch: str) -> None:
+    """From R590 NVIDIA's packages carry no branch in their names, but the branches are in its repository."""
+    host = _fleet("H100-SXM5-80GB", f'  driver: {{branch: "{branch}", method: cuda-repo}}\n', os=os).hosts["h"]
+    assert host.settings["driver"]["branch"] == branch
+
+
+def test_a_branch_the_os_does_not_get_is_named_with_the_ones_it_does() -> None:
+    got = _problems("H100-SXM5-80GB", '  driver: {branch: "595", method: cuda-repo}\n  cuda: {version: "12.4"}\n',
+                    os="ubuntu2004")
+    assert got["settings.driver.branch"] == (
+        "host h: driver branch 595 is not published for ubuntu2004 (method cuda-repo) - use one of 450, 455, 460, "
+        "465, 470, 495, 510, 515, 520, 525, 530, 535, 545, 550, 555, 560, 565, 570, 575 on ubuntu2004")
+    distro = _problems("H100-SXM5-80GB", '  driver: {branch: "595", method: distro}\n', os="debian12")
+    assert distro["settings.driver.branch"] == (
+        "host h: driver branch 595 is not published for debian12 (method distro) - use one of 535 on debian12")
