@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_package_set
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_package_set, driver_packages
 from debian.deb822 import Packages
 from debian.debian_support import Version, version_compare
 
@@ -73,8 +73,9 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
 
     The driver set is named by the collection's rule (``plugin_utils/driver_packages.py``, as the nvidia_driver
     role names it), Fabric Manager with ``gpus.nvswitch``, all at one version (``driver.version`` exact when it
-    has a revision, else ``<v>-*``). The other roles' naming, compared with their Jinja by
-    tests/unit/test_bundle.py: cuda
+    has a revision, else ``<v>-*``; for the unbranched names of 590 and later a version of the branch, ``595.*``,
+    with NVIDIA's pinning package ``nvidia-driver-pinning-<branch>`` first). The other roles' naming, compared
+    with their Jinja by tests/unit/test_bundle.py: cuda
     ``cuda-toolkit-X-Y`` at ``X.Y.<p>-<n>`` (or the given patch); cudnn 9+ ``libcudnn<M>-cuda-<X>`` and
     ``libcudnn<M>-dev-cuda-<X>``, older ``libcudnn<M>`` and ``-dev``; nccl ``libnccl2`` + ``libnccl-dev`` at
     ``<v>-<n>+cudaX.Y``; monitoring ``datacenter-gpu-manager`` ``1:<v>`` (``-4-core`` ``1:<v>-1`` from DCGM 4).
@@ -90,9 +91,16 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
     elif branch != "auto":
         version = driver.get("version") or ""
         pattern = "" if not version else re.escape(version) + ("" if "-" in version else "-.*")
+        pinning = driver_packages(branch, driver.get("flavour"))["pinning"]
+        if pinning and not pattern:
+            # unbranched names (590 and later): the branch is in the version only
+            pattern = rf"(?:\d+:)?{re.escape(branch)}\..*"
         nvswitch = bool((settings.get("gpus") or {}).get("nvswitch"))
         meta, *siblings = driver_package_set(branch, driver.get("flavour"), fabric_manager=nvswitch)
         setting = "driver.version" if version else "driver.branch"
+        if pinning:
+            # installed first: NVIDIA's apt preferences that keep the unbranched packages on the branch
+            wants.append(Want(pinning, "", "driver.branch", branch))
         wants.append(Want(meta, pattern, setting, version or branch))
         wants += [Want(name, pattern, setting, version or branch, same_as=meta) for name in siblings]
     cuda = str((settings.get("cuda") or {}).get("version") or "")

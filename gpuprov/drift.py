@@ -23,7 +23,11 @@ from typing import Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_packages, installed_forms
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import (
+    driver_packages,
+    installed_forms,
+    source_flavours,
+)
 from rich.table import Table
 
 log = logging.getLogger(__name__)
@@ -41,11 +45,12 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
                                                                               "tasks_from": "drift"}}],
 }]
 
-#: The installed NVIDIA driver set, ``<name>-<branch>[-open|-server]``: the meta package, its DKMS kernel module
-#: source and the userland library. Their version is the driver the host runs after its next boot; the driver and
-#: Fabric Manager entries both read the set from here.
-DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
-_DRIVER_PACKAGE = re.compile(rf"^({'|'.join(DRIVER_SET)})-\d+")
+#: The installed NVIDIA driver set, ``<name>-<branch>[-open|-server]``, or from branch 590 NVIDIA's unbranched
+#: ``<name>[-open]`` (``nvidia-open``, ``nvidia-dkms-open``, ``libnvidia-compute``): the meta package, its DKMS kernel
+#: module source and the userland library. Their version is the driver the host runs after its next boot; the
+#: driver and Fabric Manager entries both read the set from here.
+DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute", "nvidia-open")
+_DRIVER_PACKAGE = re.compile(rf"^({'|'.join(DRIVER_SET)})(-\d+.*|-open)?$")
 
 
 
@@ -98,7 +103,9 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     branch = _none(want.get("driver_branch"))
     branch = None if branch == "auto" else branch
     version = _none(want.get("driver_version"))
-    names = driver_packages(branch, want.get("driver_flavour"))
+    # validate refuses a flavour the repository does not package (server from 590): name the proprietary set then
+    flavour = want.get("driver_flavour") if want.get("driver_flavour") in source_flavours(branch, "nvidia") else None
+    names = driver_packages(branch, flavour)
     unbranched = installed_forms(branch, None)
     drivers = {**_driver_packages(packages, ("nvidia-driver", "nvidia-dkms")),
                **{name: packages[name] for name in (*unbranched["unbranched_meta"], *unbranched["unbranched_kernel"])
@@ -160,7 +167,7 @@ def _fabric_manager(want: dict[str, Any], packages: dict[str, str], nvml: dict[s
     # driver) only where no package says
     driver = _driver_set_version(packages) \
         or (nvml.get("driver_version") if nvml.get("available") else None) or _none(want.get("driver_version"))
-    if not found and _adopting(packages) and not _driver_packages(packages, ("nvidia-driver",)) \
+    if not found and _adopting(packages) and not _driver_packages(packages, ("nvidia-driver", "nvidia-open")) \
             and nvml.get("available"):
         return _entry({"package": name, "version": driver}, found, True,
                       "not managed: the driver was adopted as it is (no driver packages), so Fabric Manager is the "

@@ -5,7 +5,8 @@ NVIDIA's repository (``https://developer.download.nvidia.com/compute/cuda/repos/
 mirror of it) keeps every release of every toolkit: ``cuda-toolkit-X-Y`` at ``X.Y.Z-1`` (``X.Y.0`` is the GA
 release, later ``Z`` the updates), and the ``cuda-runtime-X-Y`` meta package at the same version, which depends
 on ``cuda-drivers (>= <driver>)``: the driver that toolkit release ships with, the "Toolkit Driver Version" of
-table 3 of the CUDA release notes. The driver branches are the ``cuda-drivers-<branch>`` packages.
+table 3 of the CUDA release notes. The driver branches are the ``cuda-drivers-<branch>`` packages, and from
+branch 590 (whose packages carry no branch in their names) NVIDIA's ``nvidia-driver-pinning-<branch>`` packages.
 
 Public API::
 
@@ -40,7 +41,7 @@ _TOOLKIT = re.compile(r"^cuda-(?:toolkit-|runtime-)?(\d+)-(\d+)$")
 _CARRIERS = ("cuda-runtime-{}", "cuda-{}")
 #: Driver packages such a dependency names (``cuda-drivers``, ``cuda-drivers-580``, ``nvidia-driver-580-open``).
 _DRIVER = re.compile(r"^(?:cuda-drivers|nvidia-driver|nvidia-open)(?:-\d+)?(?:-open|-server)?$")
-_BRANCH = re.compile(r"^cuda-drivers-(\d+)$")
+_BRANCH = re.compile(r"^(?:cuda-drivers|nvidia-driver-pinning)-(\d+)$")
 _INDEX_NAMES = ("Packages.gz", "Packages")
 
 

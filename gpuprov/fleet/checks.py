@@ -183,25 +183,35 @@ def _fitting_branches(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_o
     return fits
 
 
+def _preferred(m: Matrix, fits: list[str], day: dt.date) -> tuple[str, str] | None:
+    """The branch ``auto`` takes of ``fits`` (newest first), with how it was chosen: the oldest long-term support
+    branch whose published end of life is still ahead (the one NVIDIA has fixed longest, R580 until June 2028: a
+    newer one only where the GPU or CUDA needs it); else the newest long-lived branch with a published end of life
+    ahead, long-lived not past its end of life, any not past it, any."""
+    current = [b for b in fits if not m.branches[b].ended(day)]
+    long_lived = [b for b in current if m.branches[b].kind in _LONG_LIVED]
+    dated = [b for b in long_lived if m.branches[b].eol]
+    ltsb = [b for b in dated if m.branches[b].kind == "ltsb"]
+    if ltsb:
+        return ltsb[-1], "oldest still supported"
+    branch = next(iter(dated or long_lived or current or fits), None)
+    return (branch, "newest") if branch is not None else None
+
+
 def _pick_branch(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool) -> tuple[str, str] | None:
-    """The newest fitting branch (:func:`_fitting_branches`) of the first kind that has one: long-lived with
-    a published end of life still ahead, long-lived not past its end of life, any not past it, any; with the
-    reason."""
+    """The fitting branch (:func:`_fitting_branches`) :func:`_preferred` takes, with the reason."""
     full = True
     fits = _fitting_branches(m, s, gpu, cuda_ok)
     if not fits:
         # no branch this OS offers runs the CUDA release with full compatibility (its toolkit's branch is newer
         # than any the OS row lists): an older branch runs it under minor-version compatibility
         full, fits = False, _fitting_branches(m, s, gpu, cuda_ok, full=False)
-    day = today()
-    current = [b for b in fits if not m.branches[b].ended(day)]
-    dated = [b for b in current if m.branches[b].eol]
-    long_lived = [b for b in current if m.branches[b].kind in _LONG_LIVED]
-    branch = next(iter([b for b in dated if b in long_lived] or long_lived or current or fits), None)
-    if branch is None:
+    picked = _preferred(m, fits, today())
+    if picked is None:
         return None
+    branch, how = picked
     os_name, method, cuda = s["os"], s["driver"]["method"], s["cuda"]["version"]
-    reason = f"newest {m.branches[branch].kind} branch {method} offers on {os_name}"
+    reason = f"{how} {m.branches[branch].kind} branch {method} offers on {os_name}"
     if gpu is not None:
         reason += f" that supports {gpu.model}"
     if cuda_ok and cuda and m.cuda_release(cuda) is not None:
@@ -235,9 +245,9 @@ def _check_lifecycle(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel
         return
     # the replacement must have a published end of life still ahead: NVIDIA's current support table lists it
     supported = [b for b in _fitting_branches(m, s, gpu, cuda_ok) if m.branches[b].eol and not m.branches[b].ended(day)]
-    long_lived = [b for b in supported if m.branches[b].kind in _LONG_LIVED]
-    if supported:
-        new = m.branches[(long_lived or supported)[0]]
+    picked = _preferred(m, supported, day)
+    if picked is not None:
+        new = m.branches[picked[0]]
         fix = (f'move to driver.branch "{new.branch}" ({BRANCH_KIND_NAMES[new.kind]}, supported to '
                f"{new.eol_text()})")
     else:

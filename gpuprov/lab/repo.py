@@ -7,7 +7,9 @@ site does: it publishes a signed mirror and points the fleet file's ``mirrors.cu
 * :func:`build` makes, in the lab state dir, one flat repository per lab OS with
   :mod:`gpuprov.lab.standin` (NVIDIA's driver packages of every lab branch - nvidia-driver-<b>[-open|-server],
   nvidia-dkms-<b> with the tiny real DKMS module, libnvidia-compute, nvidia-utils, nvidia-compute-utils
-  with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers - the ``cuda`` chain, the CUDA toolkits
+  with nvidia-persistenced, nvidia-fabricmanager, cuda-drivers - and, where NVIDIA publishes R590+, an R595
+  release under NVIDIA's unbranched names (nvidia-open, nvidia-dkms-open, libnvidia-compute ...) with its pinning
+  package nvidia-driver-pinning-595 (:mod:`gpuprov.lab.standin.unbranched`), the ``cuda`` chain, the CUDA toolkits
   NVIDIA publishes for that OS with their cuDNN and NCCL builds, and ``datacenter-gpu-manager``, which
   NVIDIA's CUDA repository carries too), plus for the Ubuntu 20.04 stand-in an "archive" repository with
   ``linux-generic-hwe-20.04`` (what Ubuntu's own archive would carry). Beside them: ``libnvidia-container``
@@ -41,6 +43,7 @@ from gpuprov.lab.standin.container import packages as container_toolkit_packages
 from gpuprov.lab.standin.deb import StandinPackage
 from gpuprov.lab.standin.repo import KEY_NAME, build_repository, key_fingerprint
 from gpuprov.lab.standin.toolkit import lab_toolkit_packages_for
+from gpuprov.lab.standin.unbranched import lab_unbranched_packages
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ def _debian_kernel(container: Any) -> str:
 def _repositories(os_name: str, debian_kernel: str) -> dict[str, list[StandinPackage]]:
     """The apt repositories a lab host of ``os_name`` is served: directory name -> packages."""
     wanted: dict[str, list[StandinPackage]] = {
-        os_name: [*lab_cuda_packages(os_name), *lab_toolkit_packages_for(os_name),
+        os_name: [*lab_cuda_packages(os_name), *lab_unbranched_packages(os_name), *lab_toolkit_packages_for(os_name),
                   *(dcgm.dcgm_package(v) for v in dcgm.DCGM_VERSIONS)],
         CONTAINER_TOOLKIT_DIR: [*container_toolkit_packages()],
     }

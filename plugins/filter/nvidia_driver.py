@@ -12,12 +12,14 @@ from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import
 
 def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary", source: Any = "nvidia") -> dict[str, Any]:
     """``nvidia_driver_branch | gpuprov.gpu.nvidia_driver_packages(nvidia_driver_flavour[, source])`` -> ``{meta,
-    dkms, userland, fabric_manager, precompiled_prefix}`` (package names; userland a list; the last two None where
-    ``source`` has none). ``source``: ``nvidia`` (the CUDA repository), ``ubuntu`` or ``debian`` (the archives).
+    dkms, userland, fabric_manager, precompiled_prefix, pinning}`` (package names; userland a list; the last three
+    None where ``source`` has none). ``source``: ``nvidia`` (the CUDA repository), ``ubuntu`` or ``debian`` (the
+    archives).
 
     Raises:
         AnsibleFilterError: an empty branch (except for ``debian``, whose names carry none), a flavour outside
-            FLAVOURS and ``auto``, or a source outside SOURCES.
+            FLAVOURS and ``auto``, a source outside SOURCES, or a flavour the source does not package for the
+            branch (``server`` from ``nvidia`` for 590 and later).
     """
     if str(source) not in SOURCES:
         raise AnsibleFilterError(f"nvidia_driver_packages: source {source!r} is not one of {', '.join(SOURCES)}")
@@ -26,7 +28,10 @@ def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary", source: An
     if str(flavour) not in (*FLAVOURS, "auto"):
         raise AnsibleFilterError(f"nvidia_driver_packages: flavour {flavour!r} is not one of "
                                  f"{', '.join((*FLAVOURS, 'auto'))}")
-    return driver_packages(str(branch).strip(), flavour, str(source))
+    try:
+        return driver_packages(str(branch).strip(), flavour, str(source))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"nvidia_driver_packages: {exc}") from exc
 
 
 class FilterModule:

@@ -16,6 +16,14 @@ The nvidia_driver role's method ``distro`` installs the distribution's own names
 [-open]-<flavour>`` in place of DKMS), Debian's ``nvidia-driver`` with ``nvidia-kernel-dkms`` or
 ``nvidia-open-kernel-dkms`` at the branch's version. :func:`installed_forms` lists every name a host running the
 branch may carry, so a reader of the host's packages finds the driver whichever way it came.
+
+From branch 590 NVIDIA's repository drops the branch from the names (NVIDIA Driver Installation Guide, "Recent
+Updates", "Ubuntu 590 and later packages": https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/):
+``libnvidia-compute-580`` becomes ``libnvidia-compute``, ``nvidia-dkms-580-open`` ``nvidia-dkms-open``, and the
+metas are ``nvidia-open`` (open modules) and ``cuda-drivers`` (proprietary). The branch is chosen by installing
+``nvidia-driver-pinning-<branch>`` first (https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
+version-locking.html), and the packages are installed at a version of the branch. NVIDIA packages no ``-server``
+flavour under the new names. Ubuntu's archive keeps the branch in its names for these branches too.
 """
 
 from __future__ import annotations
@@ -29,8 +37,27 @@ FLAVOURS = ("proprietary", "open", "server")
 #: (method distro).
 SOURCES = ("nvidia", "ubuntu", "debian")
 
-#: The flavours each source packages (Debian has no ``-server`` build).
+#: The flavours each source packages (Debian has no ``-server`` build; NVIDIA none from :data:`UNBRANCHED_FROM`).
 SOURCE_FLAVOURS = {"nvidia": FLAVOURS, "ubuntu": FLAVOURS, "debian": ("proprietary", "open")}
+
+#: The first branch NVIDIA's repository names without the branch (chosen by its pinning package instead).
+UNBRANCHED_FROM = 590
+
+
+def branch_in_names(branch: Any, source: str = "nvidia") -> bool:
+    """Whether the package names of ``branch`` from ``source`` carry the branch: Debian's never, NVIDIA's below
+    :data:`UNBRANCHED_FROM`, Ubuntu's always. Unbranched packages are told apart by their version (``595.*``)."""
+    if source == "debian":
+        return False
+    return source != "nvidia" or not str(branch).isdigit() or int(branch) < UNBRANCHED_FROM
+
+
+def source_flavours(branch: Any, source: str) -> tuple[str, ...]:
+    """The flavours ``source`` packages for ``branch`` (:data:`SOURCE_FLAVOURS`, less ``server`` where NVIDIA's
+    names carry no branch)."""
+    if source == "nvidia" and not branch_in_names(branch, source):
+        return ("proprietary", "open")
+    return SOURCE_FLAVOURS[source]
 
 
 def driver_packages(branch: Any, flavour: Any = "proprietary", source: str = "nvidia") -> dict[str, Any]:
@@ -39,23 +66,39 @@ def driver_packages(branch: Any, flavour: Any = "proprietary", source: str = "nv
 
     Returns:
         ``{"meta": str, "dkms": str, "userland": [str, ...], "fabric_manager": str | None,
-        "precompiled_prefix": str | None}``, e.g. for 570 open from ``nvidia``: ``nvidia-driver-570-open``,
+        "precompiled_prefix": str | None, "pinning": str | None}``, e.g. for 570 open from ``nvidia``:
+        ``nvidia-driver-570-open``,
         ``nvidia-dkms-570-open``, ``[libnvidia-compute-570, nvidia-utils-570, nvidia-compute-utils-570]``,
         ``nvidia-fabricmanager-570``, None. From ``ubuntu`` every name takes ``-server`` (the kernel parts
         ``-server-open`` for open), Fabric Manager is None (not packaged at the driver's version) and
         ``precompiled_prefix`` begins the names of Canonical's precompiled modules, one per kernel flavour
         (``linux-modules-nvidia-570-server-open-``). From ``debian`` the names carry no branch: ``nvidia-driver`` with
-        ``nvidia-kernel-dkms`` (``nvidia-open-kernel-dkms``), installed at a version of the branch.
+        ``nvidia-kernel-dkms`` (``nvidia-open-kernel-dkms``), installed at a version of the branch. From
+        ``nvidia`` for 590 and later (:data:`UNBRANCHED_FROM`): ``nvidia-open`` (open) or ``cuda-drivers``
+        (proprietary), ``nvidia-dkms-open`` or ``nvidia-dkms``, ``[libnvidia-compute, nvidia-utils,
+        nvidia-compute-utils]``, ``nvidia-fabricmanager``, installed at a version of the branch after ``pinning``,
+        ``nvidia-driver-pinning-<branch>`` (None for the branched names, which need no pinning package).
 
     Raises:
-        ValueError: ``source`` outside :data:`SOURCES`.
+        ValueError: ``source`` outside :data:`SOURCES`; flavour ``server`` from ``nvidia`` for 590 and later
+            (NVIDIA packages none).
     """
     flavour = str(flavour)
     if source == "debian":
         return {"meta": "nvidia-driver",
                 "dkms": "nvidia-open-kernel-dkms" if flavour == "open" else "nvidia-kernel-dkms",
                 "userland": ["firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1"],
-                "fabric_manager": None, "precompiled_prefix": None}
+                "fabric_manager": None, "precompiled_prefix": None, "pinning": None}
+    if source == "nvidia" and not branch_in_names(branch, source):
+        if flavour == "server":
+            raise ValueError(f"NVIDIA's repository packages no server flavour of driver branch {branch} (from "
+                             f"{UNBRANCHED_FROM} only open and proprietary): use flavour open or proprietary, or "
+                             "method distro for Ubuntu's -server builds")
+        return {"meta": "nvidia-open" if flavour == "open" else "cuda-drivers",
+                "dkms": "nvidia-dkms-open" if flavour == "open" else "nvidia-dkms",
+                "userland": ["libnvidia-compute", "nvidia-utils", "nvidia-compute-utils"],
+                "fabric_manager": "nvidia-fabricmanager", "precompiled_prefix": None,
+                "pinning": f"nvidia-driver-pinning-{branch}"}
     if source == "ubuntu":
         kernel_suffix = "-server-open" if flavour == "open" else "-server"
         userland_suffix = "-server"
@@ -71,6 +114,7 @@ def driver_packages(branch: Any, flavour: Any = "proprietary", source: str = "nv
                      for name in ("libnvidia-compute", "nvidia-utils", "nvidia-compute-utils")],
         "fabric_manager": f"nvidia-fabricmanager-{branch}" if source == "nvidia" else None,
         "precompiled_prefix": f"linux-modules-nvidia-{branch}{kernel_suffix}-" if source == "ubuntu" else None,
+        "pinning": None,
     }
 
 
@@ -90,19 +134,20 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
     Returns:
         ``{"meta": names, "kernel": names, "kernel_prefixes": prefixes, "unbranched_meta": names,
         "unbranched_kernel": names}``: ``meta`` and ``kernel`` are exact names; ``kernel_prefixes`` begin the names
-        of Canonical's precompiled modules (one per kernel flavour); the unbranched names (Debian's) are installed
-        at a version of the branch.
+        of Canonical's precompiled modules (one per kernel flavour); the unbranched names (Debian's, and NVIDIA's
+        from 590: :func:`branch_in_names`) are installed at a version of the branch.
     """
-    flavours = [str(flavour)] if str(flavour) in FLAVOURS else list(FLAVOURS)
+    wanted = [str(flavour)] if str(flavour) in FLAVOURS else list(FLAVOURS)
 
-    def names(sources: tuple[str, ...], part: str) -> tuple[str, ...]:
-        found = {driver_packages(branch, f, s)[part] for s in sources for f in flavours if f in SOURCE_FLAVOURS[s]}
+    def names(part: str, branched: bool) -> tuple[str, ...]:
+        found = {driver_packages(branch, f, s)[part] for s in SOURCES if branch_in_names(branch, s) == branched
+                 for f in wanted if f in source_flavours(branch, s)}
         return tuple(sorted(name for name in found if name))
 
     return {
-        "meta": names(("nvidia", "ubuntu"), "meta"),
-        "kernel": names(("nvidia", "ubuntu"), "dkms"),
-        "kernel_prefixes": names(("ubuntu",), "precompiled_prefix"),
-        "unbranched_meta": names(("debian",), "meta"),
-        "unbranched_kernel": names(("debian",), "dkms"),
+        "meta": names("meta", True),
+        "kernel": names("dkms", True),
+        "kernel_prefixes": names("precompiled_prefix", True),
+        "unbranched_meta": names("meta", False),
+        "unbranched_kernel": names("dkms", False),
     }

@@ -10,7 +10,7 @@ gpuprov.runner; outcomes come from its stats and from the host (dpkg, apt, dkms,
 
 The tests share the container and run in file order, each starting from the state the previous one left
 (Secure Boot on the fresh host, the repository key converges it, the `cuda` meta before the upgrade test
-publishes newer 535 builds, the branch change last). Loading the
+publishes newer 535 builds, the branch change, then R595 under NVIDIA's unbranched names). Loading the
 module into the shared kernel is out of reach; the module DKMS built for the container's kernel is checked
 instead.
 """
@@ -28,12 +28,14 @@ import pytest
 
 from gpuprov.lab.standin import PackageSpec, build_repository
 from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages
+from gpuprov.lab.standin.unbranched import unbranched_driver_packages
 from gpuprov.runner import RunResult
 from tests.integration.kernel_lab import REPO_IN_CONTAINER, dkms_container, exec_ok, install_repository, run
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 V535, V535_NEW, V550 = "535.183.01", "535.261.03", "550.127.05"
+V595, V610 = "595.71.05", "610.43.02"
 # Upgrades read only the stand-in repository's source: the Debian mirror would bring a newer kernel (a
 # pending kernel the role then rightly builds the module for, which the kernel-headers tests cover, not this one).
 ONLY_STANDIN = ("-o Dir::Etc::SourceList=/etc/apt/sources.list.d/cuda-gpuprov.sources "
@@ -280,4 +282,33 @@ def test_branch_change_is_confirmed_then_replaces_the_set(host: Host) -> None:
     assert "535" not in host.sh("cat /etc/apt/preferences.d/gpuprov-nvidia-driver")
 
     again = _ok(host, host.play(gpuprov_driver_branch="550", gpuprov_gpus_nvswitch="true"))
+    assert again.hosts[host.name].changed == 0
+
+
+def test_r595_open_converges_through_its_pinning_package(host: Host) -> None:
+    """R590 and later: NVIDIA's names carry no branch (nvidia-open, nvidia-dkms-open, libnvidia-compute ...) and
+    its pinning package chooses the branch. The repository also carries R610 under the same names: the role
+    installs nvidia-driver-pinning-595 and the set at R595, pins and holds it by version, and a second run
+    changes nothing."""
+    host.publish([*_specs(), *unbranched_driver_packages("595", V595, DEBIAN_REVISION),
+                  *unbranched_driver_packages("610", V610, DEBIAN_REVISION)])
+    wanted = ["nvidia-open", "nvidia-dkms-open", "libnvidia-compute", "nvidia-utils", "nvidia-compute-utils",
+              "nvidia-fabricmanager"]
+    extra = {"gpuprov_driver_branch": "595", "gpuprov_driver_flavour": "open", "gpuprov_gpus_nvswitch": "true"}
+    # from a fresh host (this test alone) or from the 550 set the branch change left
+    _ok(host, host.play(nvidia_driver_branch_change_ok="true", **extra))
+    after = host.versions()
+    assert {n: after.get(n) for n in wanted} == dict.fromkeys(wanted, f"{V595}-1"), after
+    assert after.get("nvidia-driver-pinning-595") == f"{V595}-1"
+    assert not [n for n in after if re.search(r"-(535|550)(-|$)", n)], after
+    assert set(wanted) <= host.holds()
+    preferences = host.sh("cat /etc/apt/preferences.d/gpuprov-nvidia-driver")
+    assert "Package: nvidia-open\n" in preferences and f"Pin: version {V595}-1" in preferences, preferences
+    policy = host.sh("apt-cache policy nvidia-open")
+    assert f"*** {V595}-1 1001" in policy and f"{V610}-1" in policy, policy  # R610 offered, R595 kept
+    assert "595.71.05" in host.sh("dkms status")
+    host.sh(f"modinfo -k {host.kernel} -F version nvidia | grep -qx {V595}")
+    host.sh("systemctl is-active nvidia-persistenced nvidia-fabricmanager")
+
+    again = _ok(host, host.play(**extra))
     assert again.hosts[host.name].changed == 0

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -199,6 +200,13 @@ def test_unreachable_repository_is_an_environment_error(tmp_path: Path) -> None:
     ({"driver": {"branch": "570", "flavour": "server"}, "monitoring": {"enabled": False}},
      {"nvidia_driver": ["nvidia-driver-570-server", "nvidia-dkms-570-server", "libnvidia-compute-570-server",
                         "nvidia-utils-570-server", "nvidia-compute-utils-570-server"]}),
+    # R590 and later: NVIDIA's unbranched names and the pinning package that chooses the branch
+    ({"driver": {"branch": "595", "flavour": "open"}, "gpus": {"nvswitch": True}, "monitoring": {"enabled": False}},
+     {"nvidia_driver": ["nvidia-open", "nvidia-dkms-open", "libnvidia-compute", "nvidia-utils",
+                        "nvidia-compute-utils", "nvidia-fabricmanager", "nvidia-driver-pinning-595"]}),
+    ({"driver": {"branch": "610", "flavour": "proprietary"}, "monitoring": {"enabled": False}},
+     {"nvidia_driver": ["cuda-drivers", "nvidia-dkms", "libnvidia-compute", "nvidia-utils", "nvidia-compute-utils",
+                        "nvidia-driver-pinning-610"]}),
 ])
 def test_names_match_the_roles_jinja(settings: dict[str, Any], expected: dict[str, list[str]]) -> None:
     """stack_packages gives the names the roles' own vars compute for the same fleet variables (the driver set
@@ -265,7 +273,8 @@ def role_names(settings: dict[str, Any]) -> dict[str, list[str]]:
     driver, gpus = settings.get("driver", {}), settings.get("gpus", {})
     out: dict[str, list[str]] = {"nvidia_driver": list(role_template("nvidia_driver", {
         "gpuprov_driver_branch": driver["branch"], "gpuprov_driver_flavour": driver.get("flavour", "auto"),
-        "__nvidia_driver_fm_enabled": gpus.get("nvswitch", False)}, "{{ __nvidia_driver_set }}"))}
+        "__nvidia_driver_fm_enabled": gpus.get("nvswitch", False)},
+        "{{ __nvidia_driver_set + ([__nvidia_driver_pinning] if __nvidia_driver_pinning else []) }}"))}
     cuda = (settings.get("cuda") or {}).get("version")
     if cuda:
         out["cuda"] = list(role_template("cuda", {"gpuprov_cuda_version": cuda}, (
@@ -356,6 +365,22 @@ def test_credentialed_mirror_bundle_manifest_is_redacted(standin_repo: tuple[Pat
     assert all(password not in r.getMessage() for r in caplog.records)
     assert all(password not in request_line for request_line, _ in _BasicAuth.seen)
     assert any(f"Authorization: Basic {_BasicAuth.expected}" in headers for _, headers in _BasicAuth.seen)
+
+
+def test_unbranched_driver_set_is_bundled_at_a_version_of_its_branch() -> None:
+    """From R590 the names carry no branch, so the set is fetched at a version of it (never the repository's newest
+    branch), after NVIDIA's pinning package of the branch; an exact driver.version still rules."""
+    wants, _ = bundle.stack_packages({"driver": {"branch": "595", "flavour": "open"}, "monitoring": {"enabled": False},
+                                      "container_runtime": "none"})
+    by_name = {w.name: w for w in wants}
+    assert wants[0].name == "nvidia-driver-pinning-595"
+    meta = by_name["nvidia-open"]
+    assert [v for v in ("595.71.05-1", "1:595.58.03-0ubuntu1", "610.43.02-1", "5950.1-1")
+            if re.fullmatch(meta.pattern, v)] == ["595.71.05-1", "1:595.58.03-0ubuntu1"]
+    assert by_name["nvidia-dkms-open"].same_as == "nvidia-open"
+    exact, _ = bundle.stack_packages({"driver": {"branch": "595", "flavour": "open", "version": "595.58.03"},
+                                      "monitoring": {"enabled": False}, "container_runtime": "none"})
+    assert {w.name: w.pattern for w in exact}["nvidia-open"] == r"595\.58\.03-.*"
 
 
 def test_method_distro_bundles_no_driver_from_the_cuda_repository() -> None:

@@ -214,7 +214,7 @@ def test_driver_packages_differ_from_the_loaded_module(nvml: dict[str, Any]) -> 
 def test_driver_set_is_one_constant_for_driver_and_fabric_manager(nvml: dict[str, Any]) -> None:
     """Both entries read the set through drift.DRIVER_SET: the userland library alone still sets the version
     Fabric Manager must match, and the driver entry compares the same version with the loaded module."""
-    assert drift.DRIVER_SET == ("nvidia-driver", "nvidia-dkms", "libnvidia-compute")
+    assert drift.DRIVER_SET == ("nvidia-driver", "nvidia-dkms", "libnvidia-compute", "nvidia-open")
     only_lib = "\n".join(["libnvidia-compute-580-server\tamd64\t580.95.05-0ubuntu1\tinstall ok installed",
                           "nvidia-fabricmanager-580\tamd64\t580.95.05-1\tinstall ok installed",
                           "python3-apt\tamd64\t2.6.0\tinstall ok installed"])
@@ -269,3 +269,43 @@ def test_the_driver_is_found_under_every_name_a_method_installs(
     entry = drift.compare(_fact(nvml, installed__packages=_dpkg(*rows), desired__driver_flavour=flavour,
                                 desired__driver_version=None, desired__nvswitch=False))["driver"]  # fmt: skip
     assert entry["in_sync"] is in_sync, entry["note"]
+
+
+def _loaded(nvml: dict[str, Any], version: str) -> dict[str, Any]:
+    """``nvml`` with driver ``version`` loaded."""
+    return {**nvml, "driver_version": version, "kernel_module_version": version}
+
+
+NVIDIA_595_OPEN = (("nvidia-driver-pinning-595", "595.71.05-1"), ("nvidia-open", "595.71.05-1"),
+                   ("nvidia-dkms-open", "595.71.05-1"), ("libnvidia-compute", "595.71.05-1"),
+                   ("nvidia-fabricmanager", "595.71.05-1"), ("python3-apt", "2.7.7"))
+
+
+@pytest.mark.parametrize(("branch", "flavour", "rows", "in_sync"), [
+    # NVIDIA's repository from R590: unbranched names, the branch in their version
+    ("595", "open", NVIDIA_595_OPEN, True),
+    ("595", "auto", NVIDIA_595_OPEN, True),
+    ("595", "proprietary", NVIDIA_595_OPEN, False),  # nvidia-dkms and cuda-drivers were asked for
+    ("610", "open", NVIDIA_595_OPEN, False),  # same names, another branch's version
+    ("580", "open", NVIDIA_595_OPEN, False),
+    ("595", "proprietary", (("cuda-drivers", "595.71.05-1"), ("nvidia-dkms", "595.71.05-1")), True),
+])
+def test_the_unbranched_driver_of_590_and_later_is_read_by_version(
+    nvml: dict[str, Any], branch: str, flavour: str, rows: tuple[tuple[str, str], ...], in_sync: bool
+) -> None:
+    entry = drift.compare(_fact(_loaded(nvml, "595.71.05"), installed__packages=_dpkg(*rows),
+                                desired__driver_branch=branch, desired__driver_flavour=flavour,
+                                desired__driver_version=None, desired__nvswitch=False))["driver"]  # fmt: skip
+    assert entry["in_sync"] is in_sync, entry["note"]
+
+
+def test_fabric_manager_of_590_and_later_matches_the_unbranched_set(nvml: dict[str, Any]) -> None:
+    nvml = _loaded(nvml, "595.71.05")
+    fact = _fact(nvml, installed__packages=_dpkg(*NVIDIA_595_OPEN), desired__driver_branch="595",
+                 desired__driver_version=None, desired__nvswitch=True)
+    entry = drift.compare(fact)["fabric_manager"]
+    assert entry["in_sync"] and entry["desired"] == {"package": "nvidia-fabricmanager", "version": "595.71.05"}
+    behind = (*NVIDIA_595_OPEN[:4], ("nvidia-fabricmanager", "595.58.03-1"))
+    entry = drift.compare(_fact(nvml, installed__packages=_dpkg(*behind), desired__driver_branch="595",
+                                desired__driver_version=None, desired__nvswitch=True))["fabric_manager"]
+    assert not entry["in_sync"] and "nvidia-fabricmanager differ from driver 595.71.05" in entry["note"]

@@ -18,6 +18,7 @@ from gpuprov.cli.matrix_update import cited_source
 from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages, meta
 from gpuprov.lab.standin.deb import PackageSpec, build_deb
 from gpuprov.lab.standin.repo import index
+from gpuprov.lab.standin.unbranched import pinning_package
 from gpuprov.matrix import branch_of, load_matrix, matrix_from_text
 from gpuprov.matrix_index import index_facts, read_index
 from gpuprov.matrix_update import BEGIN, END, anchors_of, render_row
@@ -233,3 +234,11 @@ def test_a_truncated_index_behind_a_folder_url_is_exit_2(tmp_path: Path, capsys:
     for url in serve(folder):
         code, out = run(capsys, "--packages", url, "--matrix", str(copy(tmp_path)))
         assert code == 2 and "Packages.gz" in out and "Traceback" not in out
+
+
+def test_branches_from_r590_are_read_from_the_pinning_packages(tmp_path: Path) -> None:
+    """From R590 NVIDIA's index has no cuda-drivers-<branch>: nvidia-driver-pinning-<branch> names the branch."""
+    specs = [meta("cuda-toolkit-13-2", "13.2.0-1", ()), pinning_package("610", "610.43.02-1"),
+             pinning_package("580", "580.95.05-1")]
+    facts = index_facts(read_index(str(build(tmp_path, specs))))
+    assert facts.branches == ("580", "610")

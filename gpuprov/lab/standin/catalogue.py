@@ -281,6 +281,51 @@ def _service(unit: str) -> dict[str, str]:
     return {"prerm": SERVICE_PRERM.format(unit=unit), "postrm": SERVICE_POSTRM}
 
 
+def userland_packages(names: tuple[str, str, str], label: str, version: str, pv: str) -> list[PackageSpec]:
+    """The driver userland at package version ``pv``: ``names`` are libnvidia-compute, nvidia-utils and
+    nvidia-compute-utils as the repository names them (``-<branch>[-server]``, or unbranched from R590), each
+    providing and conflicting with its unbranched name, so two releases of different names never coexist."""
+    lib, utils, cutils = names
+    virtual = ("libnvidia-compute", "nvidia-utils", "nvidia-compute-utils")
+    return [
+        PackageSpec(name=lib, version=pv, architecture="amd64", provides=virtual[:1], conflicts=virtual[:1],
+                    replaces=virtual[:1],
+                    description=f"gpuprov stand-in NVIDIA libcompute package {label}\n"
+                                "The driver userland version and the lab mock NVML's overlay (no libnvidia-ml).",
+                    files={STANDIN_DRIVER_VERSION_FILE: FileSpec(version + "\n"),
+                           STANDIN_NVML_OVERLAY_FILE: FileSpec(driver_overlay(version))}),
+        PackageSpec(name=utils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
+                    provides=virtual[1:2], conflicts=virtual[1:2], replaces=virtual[1:2],
+                    description=f"gpuprov stand-in NVIDIA driver support binaries {label}\n"
+                                "Ships no nvidia-smi: lab hosts carry Debian's real one.",
+                    files={f"/usr/share/doc/{utils}/README.gpuprov": FileSpec(
+                        f"gpuprov stand-in {utils} {pv}; nvidia-smi is not part of the stand-in.\n")}),
+        PackageSpec(name=cutils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
+                    provides=virtual[2:], conflicts=virtual[2:], replaces=virtual[2:],
+                    description=f"gpuprov stand-in NVIDIA compute utilities {label}\n"
+                                "nvidia-persistenced and its systemd unit.",
+                    files={"/usr/bin/nvidia-persistenced": FileSpec(PERSISTENCED.format(version=version), 0o755),
+                           "/lib/systemd/system/nvidia-persistenced.service": FileSpec(PERSISTENCED_UNIT)},
+                    scripts=_service("nvidia-persistenced.service")),
+    ]
+
+
+def fabric_manager_package(name: str, label: str, version: str, pv: str) -> PackageSpec:
+    """``name`` (nvidia-fabricmanager[-<branch>]) at ``pv``: nv-fabricmanager and its unit; it provides and
+    conflicts with ``nvidia-fabricmanager``, so one Fabric Manager at a time."""
+    return PackageSpec(
+        name=name, version=pv, architecture="amd64", provides=("nvidia-fabricmanager",),
+        conflicts=("nvidia-fabricmanager",), replaces=("nvidia-fabricmanager",),
+        description=f"gpuprov stand-in Fabric Manager for NVSwitch based systems ({label})",
+        files={"/usr/bin/nv-fabricmanager": FileSpec(
+                   FABRICMANAGER.format(version=version, driver_file=STANDIN_DRIVER_VERSION_FILE,
+                                        run_dir=FABRICMANAGER_RUN_DIR), 0o755),
+               "/lib/systemd/system/nvidia-fabricmanager.service": FileSpec(FABRICMANAGER_UNIT),
+               "/usr/share/nvidia/nvswitch/fabricmanager.cfg": FileSpec(FABRICMANAGER_CFG)},
+        scripts=_service("nvidia-fabricmanager.service"),
+    )
+
+
 def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
                     flavours: tuple[str, ...] = ("", "-open", "-server")) -> list[PackageSpec]:
     """One driver release of one branch as NVIDIA's CUDA repository ships it.
@@ -294,32 +339,9 @@ def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
     """
     pv = f"{version}{revision}"
     specs: list[PackageSpec] = []
-    userland = sorted({"-server" if f == "-server" else "" for f in flavours})
-    for u in userland:
-        lib, utils, cutils = f"libnvidia-compute-{branch}{u}", f"nvidia-utils-{branch}{u}", \
-            f"nvidia-compute-utils-{branch}{u}"
-        specs += [
-            PackageSpec(name=lib, version=pv, architecture="amd64", provides=("libnvidia-compute",),
-                        conflicts=("libnvidia-compute",), replaces=("libnvidia-compute",),
-                        description=f"gpuprov stand-in NVIDIA libcompute package {branch}{u}\n"
-                                    "The driver userland version and the lab mock NVML's overlay (no libnvidia-ml).",
-                        files={STANDIN_DRIVER_VERSION_FILE: FileSpec(version + "\n"),
-                               STANDIN_NVML_OVERLAY_FILE: FileSpec(driver_overlay(version))}),
-            PackageSpec(name=utils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
-                        provides=("nvidia-utils",), conflicts=("nvidia-utils",), replaces=("nvidia-utils",),
-                        description=f"gpuprov stand-in NVIDIA driver support binaries {branch}{u}\n"
-                                    "Ships no nvidia-smi: lab hosts carry Debian's real one.",
-                        files={f"/usr/share/doc/{utils}/README.gpuprov": FileSpec(
-                            f"gpuprov stand-in {utils} {pv}; nvidia-smi is not part of the stand-in.\n")}),
-            PackageSpec(name=cutils, version=pv, architecture="amd64", depends=(_exact(lib, pv),),
-                        provides=("nvidia-compute-utils",), conflicts=("nvidia-compute-utils",),
-                        replaces=("nvidia-compute-utils",),
-                        description=f"gpuprov stand-in NVIDIA compute utilities {branch}{u}\n"
-                                    "nvidia-persistenced and its systemd unit.",
-                        files={"/usr/bin/nvidia-persistenced": FileSpec(PERSISTENCED.format(version=version), 0o755),
-                               "/lib/systemd/system/nvidia-persistenced.service": FileSpec(PERSISTENCED_UNIT)},
-                        scripts=_service("nvidia-persistenced.service")),
-        ]
+    for u in sorted({"-server" if f == "-server" else "" for f in flavours}):
+        names = (f"libnvidia-compute-{branch}{u}", f"nvidia-utils-{branch}{u}", f"nvidia-compute-utils-{branch}{u}")
+        specs += userland_packages(names, f"{branch}{u}", version, pv)
     for flavour in flavours:
         u = "-server" if flavour == "-server" else ""
         dkms_name = f"nvidia-dkms-{branch}{flavour}"
@@ -331,18 +353,7 @@ def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
             provides=("nvidia-driver-binary",), conflicts=("nvidia-driver-binary",),
             description=f"gpuprov stand-in NVIDIA driver metapackage {branch}{flavour}",
         ))
-    fm = f"nvidia-fabricmanager-{branch}"
-    specs.append(PackageSpec(
-        name=fm, version=pv, architecture="amd64", provides=("nvidia-fabricmanager",),
-        conflicts=("nvidia-fabricmanager",), replaces=("nvidia-fabricmanager",),
-        description=f"gpuprov stand-in Fabric Manager for NVSwitch based systems ({branch})",
-        files={"/usr/bin/nv-fabricmanager": FileSpec(
-                   FABRICMANAGER.format(version=version, driver_file=STANDIN_DRIVER_VERSION_FILE,
-                                        run_dir=FABRICMANAGER_RUN_DIR), 0o755),
-               "/lib/systemd/system/nvidia-fabricmanager.service": FileSpec(FABRICMANAGER_UNIT),
-               "/usr/share/nvidia/nvswitch/fabricmanager.cfg": FileSpec(FABRICMANAGER_CFG)},
-        scripts=_service("nvidia-fabricmanager.service"),
-    ))
+    specs.append(fabric_manager_package(f"nvidia-fabricmanager-{branch}", branch, version, pv))
     specs.append(PackageSpec(name=f"cuda-drivers-{branch}", version=pv, architecture="amd64",
                              depends=(f"nvidia-driver-{branch} (>= {version})",),
                              description=f"gpuprov stand-in CUDA driver meta package, branch {branch}"))

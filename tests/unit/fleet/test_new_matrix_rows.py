@@ -39,14 +39,21 @@ def test_cuda_13_1_with_cudnn_9_17_runs_on_r580_under_minor_compatibility() -> N
     assert any("older than 590.44.01, which CUDA 13.1 shipped with" in note for note in host.notes)
 
 
-def test_auto_takes_a_minor_compatible_lts_branch_for_cuda_13_1() -> None:
-    """The OS rows list no branch from R590 on yet, so no branch gives CUDA 13.1 full compatibility: auto takes
-    the newest long-term branch that runs it under minor-version compatibility (R580, at or above 13.x's floor
-    580.65.06), says so, and keeps the note."""
+def test_auto_takes_the_long_term_branch_that_runs_cuda_13_1_fully() -> None:
+    """CUDA 13.1 shipped with R590: of the branches the OS row lists, R620 is the long-term support branch that
+    runs it with full compatibility, so auto takes it over R580 (minor-version compatibility only)."""
     host = _fleet("B300", '  cuda: {version: "13.1"}\n').hosts["h"]
+    assert host.settings["driver"]["branch"] == "620"
+    assert any("runs CUDA 13.1 with full compatibility" in r.reason for r in host.resolutions)
+    assert not any("older than 590.44.01" in note for note in host.notes)
+
+
+def test_auto_keeps_r580_where_the_cuda_release_runs_on_it() -> None:
+    """R620 is long-term too and supported longer, but auto takes the oldest long-term branch still supported
+    that fits: R580 for a CUDA 12.9 fleet."""
+    host = _fleet("B300", '  cuda: {version: "12.9"}\n').hosts["h"]
     assert host.settings["driver"]["branch"] == "580"
-    assert any("runs CUDA 13.1 with minor-version compatibility" in r.reason for r in host.resolutions)
-    assert any("older than 590.44.01, which CUDA 13.1 shipped with" in note for note in host.notes)
+    assert any(r.reason.startswith("oldest still supported ltsb branch") for r in host.resolutions)
 
 
 def test_auto_still_fails_where_no_branch_runs_the_cuda_release() -> None:
@@ -91,3 +98,22 @@ def test_nvswitch_models() -> None:
     assert _fleet("B300", gpus=", nvswitch: true").hosts["h"].settings["gpus"]["nvswitch"] is True
     got = _problems("H100-NVL", gpus=", nvswitch: true")
     assert "does not sit on an NVSwitch baseboard" in got["settings.gpus.nvswitch"]
+
+
+@pytest.mark.parametrize("os", ["ubuntu2204", "ubuntu2404", "debian12"])
+@pytest.mark.parametrize("branch", ["590", "595", "610", "620"])
+def test_branches_from_r590_are_published_for_nvidias_repository(os: str, branch: str) -> None:
+    """From R590 NVIDIA's packages carry no branch in their names, but the branches are in its repository."""
+    host = _fleet("H100-SXM5-80GB", f'  driver: {{branch: "{branch}", method: cuda-repo}}\n', os=os).hosts["h"]
+    assert host.settings["driver"]["branch"] == branch
+
+
+def test_a_branch_the_os_does_not_get_is_named_with_the_ones_it_does() -> None:
+    got = _problems("H100-SXM5-80GB", '  driver: {branch: "595", method: cuda-repo}\n  cuda: {version: "12.4"}\n',
+                    os="ubuntu2004")
+    assert got["settings.driver.branch"] == (
+        "host h: driver branch 595 is not published for ubuntu2004 (method cuda-repo) - use one of 450, 455, 460, "
+        "465, 470, 495, 510, 515, 520, 525, 530, 535, 545, 550, 555, 560, 565, 570, 575 on ubuntu2004")
+    distro = _problems("H100-SXM5-80GB", '  driver: {branch: "595", method: distro}\n', os="debian12")
+    assert distro["settings.driver.branch"] == (
+        "host h: driver branch 595 is not published for debian12 (method distro) - use one of 535 on debian12")
