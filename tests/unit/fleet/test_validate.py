@@ -4,7 +4,6 @@ pass with the expected resolutions, and no input raises anything but FleetValida
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -250,19 +249,18 @@ def test_connection_uses_ssh_defaults_and_env_password() -> None:
     assert (b.port, b.user) == (22, "root")
 
 
-def test_hundred_hosts_validate_fast(tmp_path: Path) -> None:
+def test_hundred_hosts_validate(tmp_path: Path) -> None:
+    """100 hosts in one group validate and each gets the group's settings (the time it takes is measured by
+    benchmarks/validate_bench.py, docs/benchmarks.md, not asserted here)."""
     hosts = {f"gpu{i:03d}": {"address": f"10.0.{i // 200}.{i % 200 + 1}", "groups": ["hgx"]} for i in range(100)}
     doc = {"version": 1, "settings": {"os": "ubuntu2204", "cuda": {"version": "12.8"}},
            "groups": {"hgx": {"settings": {"gpus": {"model": "H200", "count": 8, "nvswitch": True}}}},
            "hosts": hosts}
     path = tmp_path / "big.yml"
     path.write_text(yaml.safe_dump(doc))
-    load_fleet(path)  # warm the matrix cache and imports
-    start = time.perf_counter()
     fleet = load_fleet(path)
-    elapsed = time.perf_counter() - start
     assert len(fleet.hosts) == 100
-    assert elapsed < 0.5, f"validating 100 hosts took {elapsed:.2f}s"
+    assert {h.settings["gpus"]["count"] for h in fleet.hosts.values()} == {8}
 
 
 # -- property tests: any input yields a Fleet or FleetValidationError, nothing else ------------------
