@@ -7,7 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import FLAVOURS, SOURCES, driver_packages
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import (
+    FLAVOURS,
+    SOURCES,
+    driver_packages,
+    foreign_packages,
+)
 
 
 def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary", source: Any = "nvidia") -> dict[str, Any]:
@@ -34,8 +39,20 @@ def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary", source: An
         raise AnsibleFilterError(f"nvidia_driver_packages: {exc}") from exc
 
 
+def nvidia_driver_foreign(names: Any, branch: Any, flavour: Any = "proprietary", source: Any = "nvidia") -> list[str]:
+    """``installed_names | gpuprov.gpu.nvidia_driver_foreign(nvidia_driver_branch, nvidia_driver_flavour[, source])``
+    -> the installed driver-family packages of another branch or flavour (sorted), whose removal is a branch change;
+    the branch's own packages the meta pulls in (``libnvidia-gl-580``, ...) are not among them.
+
+    Raises:
+        AnsibleFilterError: as :func:`nvidia_driver_packages` for the branch, flavour and source.
+    """
+    nvidia_driver_packages(branch, flavour, source)  # the same checks and errors
+    return foreign_packages(list(names), str(branch).strip(), flavour, str(source))
+
+
 class FilterModule:
-    """nvidia_driver_packages (gpuprov.gpu.nvidia_driver_packages in a play)."""
+    """nvidia_driver_packages and nvidia_driver_foreign (gpuprov.gpu.<name> in a play)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"nvidia_driver_packages": nvidia_driver_packages}
+        return {"nvidia_driver_packages": nvidia_driver_packages, "nvidia_driver_foreign": nvidia_driver_foreign}

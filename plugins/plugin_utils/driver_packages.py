@@ -28,6 +28,7 @@ flavour under the new names. Ubuntu's archive keeps the branch in its names for 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 #: Flavours the driver comes in (``driver.flavour`` once ``auto`` is resolved).
@@ -151,3 +152,53 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
         "unbranched_meta": names("meta", False),
         "unbranched_kernel": names("dkms", False),
     }
+
+
+#: A branched driver-family package: ``<part>-<branch>[-open|-server|-server-open]`` (the parts NVIDIA's and Ubuntu's
+#: driver metas pull in besides the set: GL, decode, encode, cfg1, kernel-common, kernel-source, X driver ...).
+_BRANCHED = re.compile(
+    r"^(?P<part>nvidia-(?:driver|dkms|utils|compute-utils|kernel-common|kernel-source|headless|headless-no-dkms"
+    r"|fabricmanager|fabricmanager-dev|driver-pinning)|libnvidia-[a-z0-9-]+?|xserver-xorg-video-nvidia|cuda-drivers)"
+    r"-(?P<branch>[0-9]+)(?P<suffix>-server-open|-open|-server)?$")
+
+#: The parts whose name carries the kernel module's flavour (``-open``); the others carry only ``-server``.
+_KERNEL_PARTS = frozenset({"nvidia-driver", "nvidia-dkms", "nvidia-kernel-source", "nvidia-headless",
+                           "nvidia-headless-no-dkms"})
+
+#: The parts packaged once per branch for every flavour.
+_UNFLAVOURED_PARTS = frozenset({"nvidia-fabricmanager", "nvidia-fabricmanager-dev", "cuda-drivers"})
+
+
+def foreign_packages(names: Any, branch: Any, flavour: Any = "proprietary", source: str = "nvidia") -> list[str]:
+    """The driver-family packages among installed ``names`` that belong to another branch or flavour than the
+    set :func:`driver_packages` names for ``branch``, ``flavour`` and ``source``: their removal is a branch change.
+
+    A package of the branch in the flavour's suffix is not foreign even when the set does not name it (the meta's
+    own dependencies: ``libnvidia-gl-580``, ``nvidia-kernel-common-580``, ...). Where the set's names carry no
+    branch (Debian's, NVIDIA's from 590), every branched family package is foreign.
+
+    Returns:
+        The foreign names, sorted.
+    """
+    branch = str(branch)
+    wanted = driver_packages(branch, flavour, source)
+    meta, userland = wanted["meta"], wanted["userland"][0]
+    branched = meta.startswith(f"nvidia-driver-{branch}")
+    kernel_suffix = meta.removeprefix(f"nvidia-driver-{branch}") if branched else None
+    userland_suffix = userland.removeprefix(f"libnvidia-compute-{branch}") if branched else None
+    foreign = []
+    for name in names:
+        match = _BRANCHED.match(str(name))
+        if match is None:
+            continue
+        part, suffix = match["part"], match["suffix"] or ""
+        if part == "nvidia-driver-pinning":
+            if match["branch"] != branch:
+                foreign.append(str(name))
+        elif match["branch"] != branch or not branched:
+            foreign.append(str(name))
+        elif part in _UNFLAVOURED_PARTS:
+            continue
+        elif suffix != (kernel_suffix if part in _KERNEL_PARTS else userland_suffix):
+            foreign.append(str(name))
+    return sorted(foreign)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.gpuprov.gpu.plugins.filter.nvidia_driver import nvidia_driver_foreign
 from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import driver_package_set, driver_packages
 from jinja2 import StrictUndefined
 from jinja2.nativetypes import NativeEnvironment
@@ -29,6 +30,7 @@ def _env() -> NativeEnvironment:
     env.tests["match"] = lambda value, pattern: re.match(pattern, str(value)) is not None
     env.filters["bool"] = lambda value: value is True or str(value).lower() in ("true", "yes", "1")
     env.filters["dict2items"] = lambda mapping: [{"key": k, "value": v} for k, v in mapping.items()]
+    env.filters["gpuprov.gpu.nvidia_driver_foreign"] = nvidia_driver_foreign
     return env
 
 
@@ -37,12 +39,13 @@ def _context(branch: str, flavour: str, installed: dict[str, str], method: str =
     names from the collection's rule as vars/main.yml takes them."""
     env, names = _env(), driver_packages(branch, flavour)
     ctx: dict[str, Any] = {"nvidia_driver_branch": branch, "nvidia_driver_method": method,
+                           "nvidia_driver_flavour": flavour, "__nvidia_driver_source": "nvidia",
                            "__nvidia_driver_pkgs": installed, "__nvidia_driver_pinning": names["pinning"] or "",
                            "__nvidia_driver_set": driver_package_set(branch, flavour),
                            "__nvidia_driver_fm_package": driver_packages(branch)["fabric_manager"],
                            "__nvidia_driver_meta": names["meta"]}
     ctx["__nvidia_driver_unbranched"] = bool(ctx["__nvidia_driver_pinning"])
-    for name in ("__nvidia_driver_family_regex", "__nvidia_driver_unbranched_family_regex",
+    for name in ("__nvidia_driver_unbranched_family_regex",
                  "__nvidia_driver_branch_version_regex", "__nvidia_driver_unbranched_flavour_parts",
                  "__nvidia_driver_refused", "__nvidia_driver_branch_pin"):
         value = VARS[name]
@@ -63,6 +66,20 @@ R595_OPEN = {"nvidia-driver-pinning-595": "595.71.05-1", "nvidia-open": "595.71.
              "nvidia-dkms-open": "595.71.05-1", "libnvidia-compute": "595.71.05-1", "nvidia-utils": "595.71.05-1",
              "nvidia-compute-utils": "595.71.05-1", "nvidia-kernel-common": "595.71.05-1",
              "libnvidia-container1": "1.17.8-1", "nvidia-container-toolkit": "1.17.8-1"}
+
+
+def test_the_580_metas_own_dependencies_are_no_branch_change() -> None:
+    """On Ubuntu, nvidia-driver-580-open pulls in more of R580 than the set names (GL, cfg1, kernel-common, the
+    kernel source, the X driver): a re-run must not take them for another branch's; the proprietary flavour's meta
+    and module would be another flavour's."""
+    pulled = dict.fromkeys(("libnvidia-gl-580", "libnvidia-cfg1-580", "nvidia-kernel-common-580",
+                            "nvidia-kernel-source-580-open", "xserver-xorg-video-nvidia-580", "libnvidia-decode-580",
+                            "nvidia-firmware-580-580.159.04"), "580.159.04-0ubuntu1")
+    assert _plan("580", "open", {**R580_OPEN, **pulled})["__nvidia_driver_foreign"] == []
+    assert _plan("580", "proprietary", {**R580_OPEN, **pulled})["__nvidia_driver_foreign"] == [
+        "nvidia-dkms-580-open", "nvidia-driver-580-open", "nvidia-kernel-source-580-open"]
+    assert _plan("570", "open", {**R580_OPEN, **pulled})["__nvidia_driver_foreign"] == sorted(
+        name for name in {**R580_OPEN, **pulled} if name != "nvidia-firmware-580-580.159.04")
 
 
 def test_595_installed_and_wanted_is_no_change() -> None:
