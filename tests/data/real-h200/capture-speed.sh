@@ -6,11 +6,17 @@
 # adoption fleet with the host's GPU count (the device kind has one GPU or two).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 GPUPROV_STATE_DIR=/tmp/gpuprov-state COLUMNS=160 NO_COLOR=1
+export PYTHONPATH=/tmp/site:$PWD:$PWD/.collections PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 GPUPROV_STATE_DIR=/tmp/gpuprov-state COLUMNS=160 NO_COLOR=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 count=$(nvidia-smi -L | grep -c '^GPU ')
 fleet=/tmp/real-h200-fleet.yml
-sed "s/count: 2,/count: $count,/" tests/data/real-h200/fleet.yml > "$fleet"
+# the GPU model as the matrix names it (the device kind may lend an H100 instead of an H200)
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+  *H100*80GB*HBM3*) model=H100-SXM5-80GB ;;
+  *H200*) model=H200 ;;
+  *) model=H200 ;;
+esac
+sed "s/count: 2,/count: $count,/; s/model: H200/model: $model/" tests/data/real-h200/fleet.yml > "$fleet"
 local_vars=(-e ansible_connection=local -e ansible_python_interpreter=/usr/bin/python3)
 {
   date -u; uname -r; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -273,6 +273,21 @@ def test_count_and_model_mismatch(findings_rules: ModuleType, profile_facts: Any
         ("RTX-3090", "NVIDIA GeForce RTX 3090", True),
         ("V100-SXM2-32GB", "Tesla V100-SXM2-32GB", True),
         ("H100-PCIe", "NVIDIA H200", False),
+        ("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3", True),  # what an H100 SXM5 reports (a real H100 VM)
+        ("H100-PCIe", "NVIDIA H100 PCIe", True),
+        ("H100-NVL", "NVIDIA H100 NVL", True),
+        ("A100-PCIe-80GB", "NVIDIA A100 80GB PCIe", True),
+        ("V100-PCIe", "Tesla V100-PCIE-32GB", True),
+        ("GH200", "NVIDIA GH200 480GB", True),
+        ("RTX-6000-Ada", "NVIDIA RTX 6000 Ada Generation", True),
+        ("RTX-PRO-6000-Blackwell-Server", "NVIDIA RTX PRO 6000 Blackwell Server Edition", True),
+        ("RTX-PRO-6000-Blackwell", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", True),
+        ("RTX-PRO-6000-Blackwell", "NVIDIA RTX PRO 6000 Blackwell Server Edition", False),
+        ("A10", "NVIDIA A100-SXM4-80GB", False),
+        ("L40", "NVIDIA L40S", False),
+        ("L4", "NVIDIA L40S", False),
+        ("H20", "NVIDIA H200", False),
+        ("H100-SXM5-80GB", "NVIDIA H100 PCIe", False),
     ],
 )
 def test_model_matching(want: str, have: str, ok: bool) -> None:
