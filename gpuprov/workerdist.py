@@ -43,6 +43,7 @@ MEMBERS = (
     "cli/__init__.py",
     "cli/__main__.py",
     "cli/images.py",
+    "cli/images_options.py",
     "cli/images_report.py",
     "images",
 )
