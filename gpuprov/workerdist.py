@@ -45,6 +45,7 @@ MEMBERS = (
     "cli/images.py",
     "cli/images_options.py",
     "cli/images_report.py",
+    "cli/images_warm.py",
     "images",
 )
 

@@ -11,7 +11,8 @@ Exit codes of ``run``: 0 done (failed images - corrupt, unreadable - are listed 
 and counted, not fatal); 1 done but tasks are dead (out of attempts: a worker kept crashing or timing
 out on them; ``retry --dead`` queues them again); 2 bad usage; 4 no torch, no queue store, a queue
 that lost tasks, or a worker on the wrong GPU or without a dependency. ``retry`` puts dead or failed
-tasks back (all, or the ones named by path or key).
+tasks back (all, or the ones named by path or key). ``warm`` builds a model's compiled step into this machine's
+cache before the workers start (:mod:`gpuprov.cli.images_warm`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import click
 
 from gpuprov.cli.images_options import run_settings, settings_line, sizing_options
 from gpuprov.cli.images_report import QUEUE_ENVVAR, check_json_path, finish_run, progress_log, worker_ready_line
+from gpuprov.cli.images_warm import warm_cmd
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.compiled import check_compile_option
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
@@ -355,6 +357,9 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
         queue.close()
     finish_run(url, out, json_path, {**run_report(states_ref, started, {"rows": rows, "failed": fails - dead,
                                                                           "dead": dead}), "settings": settings})
+
+
+command.add_command(warm_cmd)
 
 
 @command.command("status")

@@ -5,8 +5,10 @@ a stand-in; the real compile is measured on a GPU (benchmarks/images_e2e.py --co
 from __future__ import annotations
 
 import fcntl
+import importlib
 import logging
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -93,6 +95,19 @@ def test_the_build_lock_excludes_other_builders_until_released(tmp_path: Path) -
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _dynamo_imported_without_ansibles_patch() -> None:
+    """torch._dynamo (torch.export, torch.compile) refuses to import where ansible-core has replaced ``sys.intern``
+    (any test of this process that imported Ansible before): import it once with the builtin back. gpuprov's
+    workers and ``gpuprov images`` never import Ansible."""
+    patched = sys.intern
+    sys.intern = getattr(patched, "unpatched_implementation", patched)
+    try:
+        importlib.import_module("torch._dynamo")
+    finally:
+        sys.intern = patched
+
+
 @pytest.fixture(scope="module")
 def exported_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny classifier saved with torch.export (batch dimension dynamic), as a user exports one."""
@@ -173,3 +188,39 @@ def test_auto_on_a_cpu_loads_the_exported_model_and_does_not_compile(
     task.build_compiled(4)
     assert (task.compiled, task.compile_choice.reason) == (None, "a CPU run")
     assert tuple(task.forward(torch.rand(3, 3, 32, 32)).shape) == (3, 6)
+
+
+def test_warm_builds_the_compiled_step_as_a_worker_would(
+    exported_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuprov.cli.__main__ import main
+    from gpuprov.images.compiled import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    for name in CACHE_VARS:
+        monkeypatch.delenv(name, raising=False)
+    built: list[tuple[int, ...]] = []
+
+    def fake_compile(module: Any, mode: str, dynamic: bool) -> Any:
+        return lambda x: built.append(tuple(x.shape)) or module(x)
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    record = tmp_path / "warm.done"
+    code = main(["images", "warm", "--model", str(exported_model), "--gpus", "cpu", "--size", "32", "--batch", "4",
+                 "--compile", "default", "--record", str(record)])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "cpu0: tiny.pt2 on cpu batch 4, compile default; ready in" in out, out
+    assert record.read_text() == out
+    assert built == [(4, 3, 32, 32)]
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+
+
+def test_warm_refuses_a_named_mode_for_torchscript(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuprov.cli.__main__ import main
+
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"not read")
+    assert main(["images", "warm", "--model", str(model), "--gpus", "cpu", "--compile", "default"]) == 2
+    err = capsys.readouterr().err
+    assert "--compile default: --model" in err and "Traceback" not in err
