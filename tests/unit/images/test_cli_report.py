@@ -50,7 +50,7 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     assert (worker["slot"], worker["device"], worker["done"], worker["compile"]) == ("cpu0", "cpu", 3, None)
     assert report["settings"] == {"procs_per_gpu": 1, "threads": threads, "batch": "auto", "compile": "auto",
                                   "chosen": {"procs_per_gpu": "auto", "threads": "auto"}, "cpus": cpus, "gpus": 0,
-                                  "gpu_memory_bytes": None}  # fmt: skip
+                                  "gpus_on_cpus": 0, "gpu_memory_bytes": None}  # fmt: skip
     assert list(worker["startup_s"]) == list(PHASES) and all(s >= 0 for s in worker["startup_s"].values())
     # the worker was spawned after the run began, reported ready, then sent its first result
     assert worker["spawned_s"] >= 0

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from gpuprov.cli.images_options import run_settings, settings_line
+from gpuprov.cli.images_options import GPUS_ON_CPUS_ENV, run_settings, settings_line
+from gpuprov.exceptions import ConfigError
 from gpuprov.images import sizing
 from gpuprov.images.sizing import fast_defaults, machine_cpus
 from gpuprov.images.slots import Slot
@@ -54,6 +55,7 @@ def test_machine_cpus_is_this_process_affinity() -> None:
 
 def test_run_settings_take_auto_from_the_rule_and_keep_given_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing.os, "sched_getaffinity", lambda pid: set(range(32)))
+    monkeypatch.delenv(GPUS_ON_CPUS_ENV, raising=False)
     gpus = [Slot("gpu0", "GPU-a", "0:1", memory_bytes=80 * GIB), Slot("gpu1", "GPU-b", "0:2", memory_bytes=16 * GIB)]
     auto = run_settings(gpus, None, None, 1, "auto", "auto")
     # 16 cores per GPU, but the smaller GPU's 16 GiB allows 4 processes
@@ -64,3 +66,19 @@ def test_run_settings_take_auto_from_the_rule_and_keep_given_values(monkeypatch:
     given = run_settings(gpus, 2, 3, 1, "256", "off")
     assert (given["procs_per_gpu"], given["threads"], given["batch"], given["compile"]) == (2, 3, "256", "off")
     assert given["chosen"] == {"procs_per_gpu": "given", "threads": "given"}
+
+
+def test_a_service_divides_its_cpus_among_the_gpus_on_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image_workers role runs one service per GPU on its NUMA node's CPUs and says how many GPUs share them."""
+    monkeypatch.setattr(sizing.os, "sched_getaffinity", lambda pid: set(range(64)))  # one node of 64 CPUs
+    gpu = [Slot("gpu0", "GPU-a", "0:1", memory_bytes=80 * GIB)]
+    monkeypatch.setenv(GPUS_ON_CPUS_ENV, "4")
+    shared = run_settings(gpu, None, None, 1, "auto", "auto")
+    assert (shared["procs_per_gpu"], shared["threads"], shared["gpus"], shared["gpus_on_cpus"]) == (8, 8, 1, 4)
+    monkeypatch.setenv(GPUS_ON_CPUS_ENV, "16")  # 4 CPUs per GPU
+    assert run_settings(gpu, None, None, 1, "auto", "auto")["procs_per_gpu"] == 2
+    line = settings_line(run_settings(gpu, None, None, 1, "auto", "auto"))
+    assert line.endswith("64 CPUs, 1 GPU of 80.0 GiB (16 GPUs on these CPUs)"), line
+    monkeypatch.setenv(GPUS_ON_CPUS_ENV, "none")
+    with pytest.raises(ConfigError, match="GPUPROV_IMAGES_GPUS_ON_CPUS='none': expected a whole number"):
+        run_settings(gpu, None, None, 1, "auto", "auto")
