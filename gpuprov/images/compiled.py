@@ -16,9 +16,10 @@ Caches (:func:`configure_caches`): PyTorch's persistent caches - Inductor's FX g
 (``TORCHINDUCTOR_FX_GRAPH_CACHE``, ``TORCHINDUCTOR_AUTOGRAD_CACHE``) under ``TORCHINDUCTOR_CACHE_DIR``, Triton's
 kernels under ``TRITON_CACHE_DIR`` - go under one gpuprov cache folder (:data:`CACHE_ENV`, else
 ``$XDG_CACHE_HOME/gpuprov`` or ``~/.cache/gpuprov``; the image_workers role's units use
-``/var/cache/gpuprov-worker``). The build takes a lock on ``<cache>/compile.lock`` (``flock``), so of the workers
-that start together on a machine one compiles while the others wait and then load what it cached: the build is
-paid once per machine and model, not per worker or job. The modular caches on disk are enough on one machine
+``/var/cache/gpuprov-worker``). The first build of a model, shape and mode on a machine holds a lock on
+``<cache>/compile.lock`` (``flock``) and leaves a marker ``<cache>/built-<key>`` when it succeeded, so of the
+workers that start together one compiles while the others wait, then they load what it cached side by side: the
+build is paid once per machine and model, not per worker or job. The modular caches on disk are enough on one machine
 (https://docs.pytorch.org/tutorials/recipes/torch_compile_caching_configuration_tutorial.html); PyTorch's
 "Mega-Cache" (``torch.compiler.save_cache_artifacts``) is for carrying them to other machines and is not used.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 from collections.abc import Iterator
@@ -122,19 +124,29 @@ def configure_caches(root: Path | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def build_lock(root: Path) -> Iterator[None]:
-    """Hold ``flock`` on ``root/compile.lock`` for one build: the workers starting together on a machine compile
-    one at a time, the later ones from what the first cached. Without a writable ``root`` no lock is taken."""
+def build_lock(root: Path, key: str = "") -> Iterator[None]:
+    """Hold ``flock`` on ``root/compile.lock`` for the first build of ``key`` (a model, shape and mode) on this
+    machine: the workers starting together wait for it. Once a build of ``key`` succeeded (the marker
+    ``root/built-<key>`` exists, written when the body ends without an error) the lock is let go at once, so the
+    later workers load the cached build side by side. Without a writable ``root`` no lock is taken."""
     try:
         fd = os.open(root / "compile.lock", os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         yield
         return
+    marker = root / f"built-{key}"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if key and marker.exists():
+            os.close(fd)  # built before: the caches serve it, no need to queue
+            fd = -1
         yield
+        if key and fd >= 0:
+            with contextlib.suppress(OSError):
+                marker.touch()
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        if fd >= 0:
+            os.close(fd)  # closing the descriptor releases the lock
 
 
 class CompiledStep:
@@ -155,13 +167,18 @@ class CompiledStep:
     def ready(self) -> bool:
         return self.fn is not None
 
-    def build(self, example: Any, root: Path) -> bool:
+    def build(self, example: Any, root: Path, model_key: str = "") -> bool:
         """Compile for ``example``'s shape (a ``(batch, 3, size, size)`` tensor) and run it once, under
-        :func:`build_lock`. Returns whether it worked; on any error logs one line, keeps the reason in
-        ``failure`` and leaves the step unready (the caller runs the eager module)."""
+        :func:`build_lock` keyed by ``model_key`` (what identifies the model file), the shape, dtype, mode, device
+        and torch version. Returns whether it worked; on any error logs one line, keeps the reason in ``failure``
+        and leaves the step unready (the caller runs the eager module)."""
         torch = self.torch
+        device = torch.cuda.get_device_name(example.device) if example.is_cuda else "cpu"
+        key = hashlib.sha256(
+            f"{model_key}|{tuple(example.shape)}|{example.dtype}|{self.mode}|{device}|{torch.__version__}".encode()
+        ).hexdigest()
         try:
-            with build_lock(root):
+            with build_lock(root, key):
                 fn = torch.compile(self.module, mode=self.mode, dynamic=False)
                 with torch.inference_mode():
                     self._mark_step()

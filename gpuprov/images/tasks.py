@@ -210,6 +210,7 @@ class ModelTask:
         self.module: Any = None
         self.full_batch: int | None = None
         self.compiled: CompiledStep | None = None
+        self.model_key = ""  # the model file's path, size and modification time: names its compiled build
         self.compile_choice = compile_mode(compile, device, path.suffix in EXPORTED_SUFFIXES, torch)
         if not path.is_file():
             raise ConfigError(f"--model {path}: no such file")
@@ -217,6 +218,8 @@ class ModelTask:
             self.half = False
             self.onnx = _onnx_session(path, device)
         elif path.suffix in EXPORTED_SUFFIXES:
+            info = path.stat()
+            self.model_key = f"{path.resolve()}|{info.st_size}|{info.st_mtime_ns}"
             try:
                 module = torch.export.load(str(path)).module().to(device)
             except Exception as exc:  # a bad archive raises RuntimeError, KeyError, ValueError, ...
@@ -260,7 +263,7 @@ class ModelTask:
         step = CompiledStep(self.module, choice.mode, torch)
         dtype = torch.float16 if self.half else torch.float32
         example = torch.zeros((batch, 3, self.size, self.size), dtype=dtype, device=self.device)
-        if step.build(example.contiguous(memory_format=torch.channels_last), cache_root()):
+        if step.build(example.contiguous(memory_format=torch.channels_last), cache_root(), self.model_key):
             self.compiled = step
         else:
             self.compile_choice = CompileChoice(None, choice.requested, f"failed: {step.failure}")

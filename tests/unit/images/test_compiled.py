@@ -224,3 +224,21 @@ def test_warm_refuses_a_named_mode_for_torchscript(tmp_path: Path, capsys: pytes
     assert main(["images", "warm", "--model", str(model), "--gpus", "cpu", "--compile", "default"]) == 2
     err = capsys.readouterr().err
     assert "--compile default: --model" in err and "Traceback" not in err
+
+
+def test_after_a_first_build_the_lock_lets_the_others_load_side_by_side(tmp_path: Path) -> None:
+    other = os.open(tmp_path / "compile.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(RuntimeError), build_lock(tmp_path, "k1"):
+            raise RuntimeError("the first build failed")
+        assert not (tmp_path / "built-k1").exists()  # a failed build marks nothing: the next one queues again
+        with build_lock(tmp_path, "k1"), pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert (tmp_path / "built-k1").exists()
+        with build_lock(tmp_path, "k1"):  # built before: the lock is not held while it loads from the cache
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(other, fcntl.LOCK_UN)
+        with build_lock(tmp_path, "k2"), pytest.raises(BlockingIOError):  # another model or shape: queues
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
