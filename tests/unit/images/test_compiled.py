@@ -5,10 +5,8 @@ a stand-in; the real compile is measured on a GPU (benchmarks/images_e2e.py --co
 from __future__ import annotations
 
 import fcntl
-import importlib
 import logging
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -93,19 +91,6 @@ def test_the_build_lock_excludes_other_builders_until_released(tmp_path: Path) -
 
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _dynamo_imported_without_ansibles_patch() -> None:
-    """torch._dynamo (torch.export, torch.compile) refuses to import where ansible-core has replaced ``sys.intern``
-    (any test of this process that imported Ansible before): import it once with the builtin back. gpuprov's
-    workers and ``gpuprov images`` never import Ansible."""
-    patched = sys.intern
-    sys.intern = getattr(patched, "unpatched_implementation", patched)
-    try:
-        importlib.import_module("torch._dynamo")
-    finally:
-        sys.intern = patched
 
 
 @pytest.fixture(scope="module")
