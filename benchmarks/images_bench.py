@@ -267,18 +267,29 @@ def _warm(paths: list[Path], n: int, gpus: str, work: Path, batch: str, threads:
 
 
 def load_model(path: Path) -> Any:
-    """A TorchScript file as the baselines run a model: eval mode, on :data:`DEVICE`, fp16 and channels_last
-    on a GPU (not frozen: the seeds' loop and the DataLoader run it as loaded)."""
-    model = torch.jit.load(str(path), map_location=DEVICE).eval().to(memory_format=torch.channels_last)
+    """A TorchScript file, or a ``torch.export`` program (``.pt2``), as the baselines run a model: eval mode, on
+    :data:`DEVICE`, fp16 and channels_last on a GPU (not frozen, not compiled: the seeds' loop and the DataLoader
+    run it as loaded)."""
+    if path.suffix == ".pt2":  # exported in eval mode; an exported program refuses .eval()
+        model = torch.export.load(str(path)).module().to(DEVICE).to(memory_format=torch.channels_last)
+    else:
+        model = torch.jit.load(str(path), map_location=DEVICE).eval().to(memory_format=torch.channels_last)
     return model.half() if HALF else model
 
 
-def resnet50_file(work: Path) -> Path:
-    """``work/resnet50.pt``: ResNet-50 with random weights traced to TorchScript (written once)."""
-    model_file = work / "resnet50.pt"
+def resnet50_file(work: Path, *, export: bool = False) -> Path:
+    """``work/resnet50.pt``: ResNet-50 with random weights traced to TorchScript, or with ``export``
+    ``work/resnet50.pt2``: the same exported with ``torch.export`` (batch dimension dynamic, 1 to 4096), the
+    form ``gpuprov images run --compile`` compiles. Written once."""
+    model_file = work / ("resnet50.pt2" if export else "resnet50.pt")
     if not model_file.exists():
         m = torchvision.models.resnet50(weights=None).eval()
-        torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(model_file))
+        if export:
+            batch = torch.export.Dim("batch", min=1, max=4096)
+            program = torch.export.export(m, (torch.randn(2, 3, 224, 224),), dynamic_shapes=({0: batch},))
+            torch.export.save(program, str(model_file))
+        else:
+            torch.jit.save(torch.jit.trace(m, torch.randn(1, 3, 224, 224)), str(model_file))
     return model_file
 
 

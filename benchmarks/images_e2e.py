@@ -5,7 +5,8 @@
    APPn segments, so it decodes to the same pixels while no two files have the same bytes or sha256 (as in a
    real image set, where the workers read, hash and write every file).
 2. ``gpuprov images submit WORK/images --queue sqlite:///WORK/q-*.db``, as a process; timed apart.
-3. ``gpuprov images run --queue ... --out ... --model M --gpus G [--procs-per-gpu P] --json ...``, as a process
+3. ``gpuprov images run --queue ... --out ... --model M --gpus G [--procs-per-gpu P] [--compile C] --json ...``,
+   as a process
    (the installed ``gpuprov`` command beside this Python, else ``python -m gpuprov``), while NVML SM and NVJPG
    utilisation (where a GPU is) and host CPU use are sampled (``images_bench.Sampler``).
 4. The seeds' naive loop and a plain torch DataLoader (``images_bench.naive`` and ``images_bench.dataloader``)
@@ -20,6 +21,8 @@ the ratios.
 
     python benchmarks/images_e2e.py --data .benchdata --images 200000 --make-model resnet50 --gpus all \\
         --procs-per-gpu 8 --json e2e.json
+    python benchmarks/images_e2e.py --data .benchdata --images 200000 --make-model resnet50 --export \\
+        --compile default --json e2e-compiled.json      # the compiled path (an exported .pt2 model)
     python benchmarks/images_e2e.py --data DIR --images 64 --model tiny.pt --gpus cpu --naive-images 16  # CPU
 """
 
@@ -89,6 +92,8 @@ def run_args(args: argparse.Namespace, url: str, out: Path, model: Path, report:
         argv += ["--procs-per-gpu", str(args.procs_per_gpu)]
     if args.threads is not None:
         argv += ["--threads", str(args.threads)]
+    if args.compile is not None:
+        argv += ["--compile", args.compile]
     return argv
 
 
@@ -119,6 +124,18 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
         "last_result_s": last,
         "tail_s": None if last is None else round(wall - last, 3),
     }
+
+
+def compiled_workers(run: dict[str, Any]) -> dict[str, int]:
+    """How many workers of a run's report ran their model compiled in each mode or uncompiled and why:
+    ``{"default": 8}``, ``{"off (a CPU run)": 1}``; ``{}`` for a built-in task."""
+    counts: dict[str, int] = {}
+    for worker in run["workers"]:
+        choice = worker.get("compile")
+        if choice:
+            key = choice["mode"] or f"off ({choice['reason']})"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def print_breakdown(s: dict[str, Any], workers: int) -> None:
@@ -176,8 +193,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--images", type=int, default=1000, help="distinct files to make and process")
     ap.add_argument("--data", type=Path, default=Path(".benchdata"), help="folder of source JPEGs")
     model = ap.add_mutually_exclusive_group(required=True)
-    model.add_argument("--model", type=Path, help="TorchScript classifier the workers run")
+    model.add_argument("--model", type=Path, help="TorchScript (.pt) or exported (.pt2) classifier the workers run")
     model.add_argument("--make-model", choices=["resnet50"], help="write a random-weights TorchScript ResNet-50")
+    ap.add_argument("--export", action="store_true", help="with --make-model: write it as a torch.export program "
+                    "(.pt2), the form --compile compiles")
+    ap.add_argument("--compile", choices=["auto", "off", "default", "reduce-overhead"], default=None,
+                    help="as `images run --compile` (default: its default, auto)")
     ap.add_argument("--gpus", default="all", help="as `images run --gpus`: all, cpu, 0,1, GPU-uuid")
     ap.add_argument("--procs-per-gpu", type=int, default=None, help="as `images run` (default: its default)")
     ap.add_argument("--cpu-workers", type=int, default=1, help="as `images run` (with --gpus cpu)")
@@ -214,6 +235,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(exc.message)
     if args.model is not None and not args.model.is_file():
         ap.error(f"--model {args.model}: no such file; give a TorchScript file or use --make-model resnet50")
+    if args.export and args.make_model is None:
+        ap.error("--export: only with --make-model (a --model file is used as it is)")
     if args.work is not None and not args.work.is_dir():
         ap.error(f"--work {args.work}: no such folder; give an existing folder (the work folder is made in it)")
     if not args.data.is_dir():
@@ -228,13 +251,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--data {args.data}: no JPEG file (*.jpg, *.jpeg) in it", file=sys.stderr)
         return 2
     res: dict[str, Any] = {"host": host(), "images": args.images, "source_files": len(sources), "gpus": args.gpus,
-                           "procs_per_gpu": args.procs_per_gpu, "batch": args.batch}  # fmt: skip
+                           "procs_per_gpu": args.procs_per_gpu, "batch": args.batch,
+                           "compile": args.compile or "auto"}  # fmt: skip
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         work = Path(tmp)
         t0 = time.perf_counter()
         files = distinct_jpegs(sources, args.images, work / "images")
         res["make_files_s"] = round(time.perf_counter() - t0, 2)
-        model = args.model.resolve() if args.model else images_bench.resnet50_file(work)
+        model = args.model.resolve() if args.model else images_bench.resnet50_file(work, export=args.export)
+        res["model_format"] = "export" if model.suffix == ".pt2" else "torchscript"
         url = f"sqlite:///{work / 'q.db'}"
         t0 = time.perf_counter()
         subprocess.run([*gpuprov_command(), "images", "submit", str(work / "images"), "--queue", url], check=True)
@@ -256,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         res["wall_s"] = round(wall, 3)
         res["end_to_end"] = round(run["images"] / wall, 2)
         res["steady"] = run["steady_images_per_s"]
+        res["settings"] = run.get("settings")
+        res["compiled"] = compiled_workers(run)
         res["startup"] = startup_breakdown(run, launched, wall)
         res["util"] = sampler.summary()
         res["baselines"] = baselines(args, files, model)
@@ -273,6 +300,10 @@ def report_results(res: dict[str, Any]) -> None:
           f"load {h['loadavg_1m']} -> {h['loadavg_1m_after']}")  # fmt: skip
     print(f"{run['images']} images ({res['distinct_sha256']} distinct sha256), {run['failed']} failed; files made in "
           f"{res['make_files_s']} s, submit {res['submit_s']} s (not counted)")  # fmt: skip
+    settings = res.get("settings") or {}
+    print(f"settings: {settings.get('procs_per_gpu')} procs/GPU, {settings.get('threads')} decode threads, batch "
+          f"{settings.get('batch')}, compile {res['compile']} ({res['model_format']} model): "
+          + (", ".join(f"{n} worker(s) {mode}" for mode, n in res["compiled"].items()) or "no model"))  # fmt: skip
     print(f"end to end  {res['end_to_end']:10.1f} img/s  ({res['wall_s']:.1f} s, launch to exit)")
     steady = res["steady"]
     print(f"steady      {steady:10.1f} img/s  (first result to last)" if steady else "steady      n/a (one result)")

@@ -43,7 +43,9 @@ MEMBERS = (
     "cli/__init__.py",
     "cli/__main__.py",
     "cli/images.py",
+    "cli/images_options.py",
     "cli/images_report.py",
+    "cli/images_warm.py",
     "images",
 )
 

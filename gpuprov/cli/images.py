@@ -11,7 +11,8 @@ Exit codes of ``run``: 0 done (failed images - corrupt, unreadable - are listed 
 and counted, not fatal); 1 done but tasks are dead (out of attempts: a worker kept crashing or timing
 out on them; ``retry --dead`` queues them again); 2 bad usage; 4 no torch, no queue store, a queue
 that lost tasks, or a worker on the wrong GPU or without a dependency. ``retry`` puts dead or failed
-tasks back (all, or the ones named by path or key).
+tasks back (all, or the ones named by path or key). ``warm`` builds a model's compiled step into this machine's
+cache before the workers start (:mod:`gpuprov.cli.images_warm`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ from typing import Any
 
 import click
 
+from gpuprov.cli.images_options import run_settings, settings_line, sizing_options
 from gpuprov.cli.images_report import QUEUE_ENVVAR, check_json_path, finish_run, progress_log, worker_ready_line
+from gpuprov.cli.images_warm import warm_cmd
 from gpuprov.exceptions import ConfigError
+from gpuprov.images.compiled import check_compile_option
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.queue.base import MAX_LEASE_S
 
@@ -121,11 +125,12 @@ def _manifest(path: Path) -> Iterator[Path]:
 
 
 def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s: float,
-                       json_path: Path | None) -> None:  # fmt: skip
+                       json_path: Path | None, compile_mode: str) -> None:  # fmt: skip
     """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given (the model a file),
-    batch is auto or N > 0, the lease a number of seconds (click's range lets NaN through) and ``--json``, if
-    given, a file that can be written."""
+    batch is auto or N > 0, the lease a number of seconds (click's range lets NaN through), ``--json``, if
+    given, a file that can be written, and ``--compile`` one the model can take."""
     check_json_path(json_path)
+    check_compile_option(compile_mode, model)
     if not math.isfinite(lease_s):
         raise ConfigError(f"--lease {lease_s}: expected seconds from 1 to {MAX_LEASE_S:g}")
     if (task is None) == (model is None):
@@ -162,6 +167,19 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         return False
+
+
+def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, cpu_workers: int, batch: str,
+              compile_mode: str, jpeg: str) -> dict[str, Any]:  # fmt: skip
+    """The run's settings (:func:`run_settings`). Raises :class:`ConfigError` (exit 2) for ``--jpeg nvimgcodec`` on
+    GPUs without nvImageCodec installed: checked here, not in each worker, where it would surface as "worker
+    exited with 2"."""
+    if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
+        raise ConfigError(
+            "--jpeg nvimgcodec: nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13); "
+            "use --jpeg auto to fall back to torchvision's nvJPEG"
+        )
+    return run_settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode)
 
 
 def _exit_on_sigterm() -> None:
@@ -258,16 +276,7 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
     type=click.FloatRange(min=1, max=MAX_LEASE_S),
     help="Lease in seconds, 1 to 86400 (renewed while working).",
 )
-@click.option(
-    "--threads", default=4, show_default=True, type=click.IntRange(min=1), help="CPU decode threads per worker."
-)
-@click.option(
-    "--procs-per-gpu",
-    "procs_per_gpu",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Worker processes per GPU, all pinned to it by UUID (default: 4, measured on an H200).",
-)
+@sizing_options
 @click.option(
     "--jpeg",
     default="torchvision",
@@ -289,8 +298,8 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
                    "rewritten each time the queue drains.")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
-            size: int | None, lease_s: float, threads: int, procs_per_gpu: int | None, jpeg: str,
-            metrics_port: int | None, max_pixels: int, quiet: bool, json_path: Path | None,
+            size: int | None, lease_s: float, threads: int | None, procs_per_gpu: int | None, compile_mode: str,
+            jpeg: str, metrics_port: int | None, max_pixels: int, quiet: bool, json_path: Path | None,
             follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
@@ -301,22 +310,18 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     from gpuprov.images.worker import WorkerConfig, task_label
 
     started = time.monotonic()
-    _check_run_options(task, model, batch, lease_s, json_path)
+    _check_run_options(task, model, batch, lease_s, json_path, compile_mode)
     _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
-    if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
-        # checked here, not in each worker, where it would surface as "worker exited with 2"
-        raise ConfigError(
-            "--jpeg nvimgcodec: nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13); "
-            "use --jpeg auto to fall back to torchvision's nvJPEG"
-        )
+    settings = _settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode, jpeg)
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
-                        None if batch == "auto" else int(batch), size, lease_s, threads, follow=follow,
-                        jpeg=jpeg, max_pixels=max_pixels)  # fmt: skip
+                        None if batch == "auto" else int(batch), size, lease_s, settings["threads"], follow=follow,
+                        jpeg=jpeg, max_pixels=max_pixels, compile=compile_mode)  # fmt: skip
     metrics = Metrics(metrics_port)
     queue = _open_for_run(url, follow, task_label(task, str(model) if model else None), out)
     total = queue.stats().total
     log = progress_log(quiet)
+    log(settings_line(settings))
     last_poll = [0.0]
 
     done_by_slot: dict[str, int] = {}
@@ -345,13 +350,16 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     states_ref: list[SlotState] = []
     _exit_on_sigterm()
     try:
-        states_ref.extend(supervise(base, slots, on_event, procs_per_gpu))
+        states_ref.extend(supervise(base, slots, on_event, settings["procs_per_gpu"]))
         rows, fails = write_manifest(queue, out, total)
         dead = queue.stats().dead
     finally:
         queue.close()
-    finish_run(url, out, json_path,
-               run_report(states_ref, started, {"rows": rows, "failed": fails - dead, "dead": dead}))  # fmt: skip
+    finish_run(url, out, json_path, {**run_report(states_ref, started, {"rows": rows, "failed": fails - dead,
+                                                                          "dead": dead}), "settings": settings})
+
+
+command.add_command(warm_cmd)
 
 
 @command.command("status")

@@ -27,11 +27,17 @@ def progress_log(quiet: bool) -> Callable[[str], None]:
 
 
 def worker_ready_line(state: WorkerState, event: dict[str, Any]) -> str:
-    """The progress line of a worker's ``start`` event: slot, device, batch and its start-up seconds per phase,
-    e.g. ``gpu0.1: worker on cuda GPU-... batch 1024; ready in 9.8 s (process 0.4, imports 2.1, ...)``."""
+    """The progress line of a worker's ``start`` event: slot, device, batch, whether its model runs compiled, and
+    its start-up seconds per phase, e.g. ``gpu0.1: worker on cuda GPU-... batch 1024, compile default; ready in
+    9.8 s (process 0.4, imports 2.1, ...)`` (``compile off (a CPU run)``; nothing for a built-in task)."""
     seconds = worker_phases(state)
     where = f"{event.get('device')} {event.get('uuid') or ''}".rstrip()
-    return f"{state.slot.name}: worker on {where} batch {event.get('batch')}; {startup_line(seconds)}"
+    choice = event.get("compile")
+    compiled = ""
+    if isinstance(choice, dict):
+        mode = choice.get("mode")
+        compiled = f", compile {mode}" if mode else f", compile off ({choice.get('reason')})"
+    return f"{state.slot.name}: worker on {where} batch {event.get('batch')}{compiled}; {startup_line(seconds)}"
 
 
 def check_json_path(path: Path | None) -> None:

@@ -140,15 +140,14 @@ class Reboot(Strict):
 
 class ImageWorkers(Strict):
     """Image-processing workers: on/off, which GPUs (all, cpu or indexes), queue name, batch size (auto:
-    decided at run time) and worker processes per GPU (default 4: on an H200, 1 process reached 4,821 img/s
-    of decode + resize + ResNet-50, 4 reached 11,011 and 8 reached 12,300-13,100 steady, with more host
-    CPU and memory; docs/benchmarks.md)."""
+    decided at run time) and worker processes per GPU (auto: chosen by each worker service from its CPUs and
+    its GPU's memory, :func:`gpuprov.images.sizing.fast_defaults`, whose source is docs/benchmarks.md)."""
 
     enabled: bool = False
     gpus: WorkerGpus = "all"
     queue: Name | None = None
     batch: AutoOrPositive = "auto"
-    procs_per_gpu: PositiveInt = 4
+    procs_per_gpu: AutoOrPositive = "auto"
 
 
 class SecureBoot(Strict):

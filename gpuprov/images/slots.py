@@ -26,9 +26,8 @@ from gpuprov.images.lazy_torch import torch_modules
 log = logging.getLogger(__name__)
 
 DEFAULT_PROCS_PER_GPU = 4
-"""Worker processes per GPU when not given. Measured on one H200 (docs/benchmarks.md, 2026-12-01, 200,000
-images, ResNet-50 fp16): 1 process 3,113 img/s steady, 4 processes 8,119, 8 processes 8,828 (+9 % for twice
-the processes, host memory and CPU, and 2 % less end to end), so 4."""
+"""Worker processes per GPU of :func:`replicate` when its caller gives none (benchmarks, library use).
+``gpuprov images run`` chooses its own from the machine (:func:`gpuprov.images.sizing.fast_defaults`)."""
 
 
 class DeviceMismatch(EnvironmentMissing):
@@ -38,12 +37,14 @@ class DeviceMismatch(EnvironmentMissing):
 @dataclass(frozen=True)
 class Slot:
     """One device a worker is pinned to: ``name`` (``gpu0``, ``gpu0.1`` for a replica, ``cpu0``), and the
-    ``uuid`` (``GPU-...``) and PCI ``bus_id`` (``00000000:01:00.0``) NVML gives, both None for a CPU slot."""
+    ``uuid`` (``GPU-...``), PCI ``bus_id`` (``00000000:01:00.0``) and total ``memory_bytes`` NVML gives, all None
+    for a CPU slot (the memory also where NVML does not tell it)."""
 
     name: str
     uuid: str | None = None
     bus_id: str | None = None
     share: int = 1  # worker processes pinned to this device (they split its free memory)
+    memory_bytes: int | None = None
 
 
 def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slot]:
@@ -66,7 +67,7 @@ def resolve_slots(gpus: str, cpu_workers: int = 1, nvml: Any = None) -> list[Slo
         for i in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(i)
             uuid, bus = nvml.nvmlDeviceGetUUID(h), nvml.nvmlDeviceGetPciInfo(h).busId
-            found.append(Slot(f"gpu{i}", _text(uuid), _text(bus)))
+            found.append(Slot(f"gpu{i}", _text(uuid), _text(bus), memory_bytes=_memory(nvml, h)))
     finally:
         nvml.nvmlShutdown()
     if not found:
@@ -103,8 +104,16 @@ def replicate(slots: list[Slot], procs_per_gpu: int | None = None) -> list[Slot]
         if s.uuid is None or n == 1:
             out.append(s)
         else:
-            out.extend(Slot(f"{s.name}.{k}", s.uuid, s.bus_id, share=n) for k in range(n))
+            out.extend(Slot(f"{s.name}.{k}", s.uuid, s.bus_id, share=n, memory_bytes=s.memory_bytes) for k in range(n))
     return out
+
+
+def _memory(nvml: Any, handle: Any) -> int | None:
+    """The device's total memory in bytes (``nvmlDeviceGetMemoryInfo``), None where NVML cannot tell."""
+    try:
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except Exception:  # NVMLError (not supported, e.g. some vGPU and MIG set-ups), an NVML without the call
+        return None
 
 
 def _text(value: str | bytes) -> str:

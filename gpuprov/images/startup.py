@@ -15,6 +15,8 @@ the spawn:
 ``model``    the task made: a model loaded and, for TorchScript, frozen for inference
 ``kernel``   the fused crop+resize kernel compiled (GPU model tasks; nothing to do elsewhere)
 ``probe``    the batch-size probe (``--batch auto`` on a GPU; nothing to do for ``--batch N``)
+``compile``  ``torch.compile`` of the model for the full batch, built or loaded from the machine's cache
+             (``--compile``, :mod:`gpuprov.images.compiled`; nothing to do when the model runs uncompiled)
 ``warmup``   the first batch: a full batch of synthetic images on a GPU (cuDNN autotunes its shapes),
              one small image on a CPU
 ``queue``    the queue opened and the worker's threads started; the worker is ready
@@ -29,7 +31,7 @@ from typing import Any, Protocol
 
 from gpuprov.images.slots import Slot
 
-PHASES = ("process", "imports", "device", "model", "kernel", "probe", "warmup", "queue")
+PHASES = ("process", "imports", "device", "model", "kernel", "probe", "compile", "warmup", "queue")
 """The start-up phases a worker marks, in order (see the module docstring)."""
 
 
@@ -78,6 +80,7 @@ class WorkerState(Protocol):
     restarts: int
     spawned: float | None  # the current process's spawn
     startup: dict[str, float]  # its start-up marks
+    compile: dict[str, Any] | None  # its compile choice: mode (None: eager), requested, reason
     first_result: float | None  # the slot's first result event
     first_done: int  # images it had done then
     last_result: float | None  # its latest result event
@@ -93,7 +96,8 @@ def worker_phases(state: WorkerState) -> dict[str, float]:
 
 
 def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
-    """A worker's entry of the run's JSON report: its slot, device, batch, counts, restarts, start-up seconds
+    """A worker's entry of the run's JSON report: its slot, device, batch, compile choice (``mode``: None when the
+    model runs uncompiled; ``requested``, ``reason``; None for a built-in task), counts, restarts, start-up seconds
     per phase (:func:`phase_seconds`) and, relative to ``started`` (the run's start), when it was spawned and
     when its first result came in."""
     seconds = worker_phases(state)
@@ -102,6 +106,7 @@ def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
         "uuid": state.slot.uuid,
         "device": state.device,
         "batch": state.batch,
+        "compile": state.compile,
         "done": state.total_done,
         "failed": state.failed,
         "restarts": state.restarts,

@@ -70,6 +70,7 @@ class SlotState:
     queue_backoff_s: float = 0.0
     spawned: float | None = None  # monotonic time the current process was started
     startup: dict[str, float] = field(default_factory=dict)  # its start-up marks (gpuprov.images.startup)
+    compile: dict[str, Any] | None = None  # its "start" event's compile choice (gpuprov.images.worker.compile_report)
     first_result: float | None = None  # monotonic time of the slot's first "progress" event (results committed)
     first_done: int = 0  # images the slot had done then
     last_result: float | None = None  # monotonic time of its latest "progress" event
@@ -149,6 +150,7 @@ def supervise(
                     st.queue_down_since, st.queue_backoff_s = None, 0.0  # it reached the queue
                 if kind == "start":
                     st.device, st.startup = event.get("device"), dict(event.get("startup") or {})
+                    st.compile = event.get("compile")
                 st.done = event.get("done", st.done)
                 if kind == "progress":
                     st.last_result = time.monotonic()

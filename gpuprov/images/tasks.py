@@ -3,8 +3,9 @@
 * ``stats`` - per-image size and per-channel mean/std (computed at the working size).
 * ``thumbnail`` - aspect-preserving resize (long side ``size``) re-encoded as JPEG (on the GPU
   where torchvision can), written atomically under ``OUT/thumbs/<hash[:2]>/<hash>.jpg``.
-* a model file - TorchScript (``.pt``/``.pts``/``.torchscript``) or ONNX (``.onnx``, needs
-  onnxruntime): centre crop, resize, normalise, forward; the row keeps the top-5 classes.
+* a model file - TorchScript (``.pt``/``.pts``/``.torchscript``), an exported program (``.pt2``, from
+  ``torch.export.save``: the one ``torch.compile`` can compile, :mod:`gpuprov.images.compiled`) or ONNX
+  (``.onnx``, needs onnxruntime): centre crop, resize, normalise, forward; the row keeps the top-5 classes.
 
 Every task returns one JSON-able row per input, in input order. Output files are named by the
 input's content hash and written to a temporary file then renamed, so a task processed twice
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.images.compiled import EXPORTED_SUFFIXES, CompileChoice, CompiledStep, cache_root, compile_mode
 from gpuprov.images.decode import Decoded
 from gpuprov.images.fused import resize_normalise
 from gpuprov.images.lazy_torch import torch_modules
@@ -192,13 +194,14 @@ class ThumbnailTask:
 
 
 class ModelTask:
-    """A TorchScript or ONNX classifier: normalised ``size``^2 centre crops in, top-5 classes out."""
+    """A TorchScript, exported (``.pt2``) or ONNX classifier: normalised ``size``^2 centre crops in, top-5 classes
+    out. ``compile`` is ``--compile`` (:mod:`gpuprov.images.compiled`): an exported model on a GPU runs compiled
+    for the full batch once :meth:`build_compiled` has built it."""
 
     name = "model"
 
-    def __init__(
-        self, path: Path, device: str, *, size: int = 224, half: bool | None = None, optimize: bool = True
-    ) -> None:
+    def __init__(self, path: Path, device: str, *, size: int = 224, half: bool | None = None, optimize: bool = True,
+                 compile: str = "off") -> None:  # fmt: skip
         torch, _ = torch_modules()
         self.size = size
         self.device = device
@@ -206,11 +209,25 @@ class ModelTask:
         self.onnx: Any = None
         self.module: Any = None
         self.full_batch: int | None = None
+        self.compiled: CompiledStep | None = None
+        self.model_key = ""  # the model file's path, size and modification time: names its compiled build
+        self.compile_choice = compile_mode(compile, device, path.suffix in EXPORTED_SUFFIXES, torch)
         if not path.is_file():
             raise ConfigError(f"--model {path}: no such file")
         if path.suffix == ".onnx":
             self.half = False
             self.onnx = _onnx_session(path, device)
+        elif path.suffix in EXPORTED_SUFFIXES:
+            info = path.stat()
+            self.model_key = f"{path.resolve()}|{info.st_size}|{info.st_mtime_ns}"
+            try:
+                module = torch.export.load(str(path)).module().to(device)
+            except Exception as exc:  # a bad archive raises RuntimeError, KeyError, ValueError, ...
+                raise ConfigError(f"--model {path}: not a torch.export program ({type(exc).__name__}: {exc})") from exc
+            if device != "cpu":
+                torch.backends.cudnn.benchmark = True
+            # exported in eval mode already (an exported program refuses .eval())
+            self.module = (module.half() if self.half else module).to(memory_format=torch.channels_last)
         else:
             try:
                 module = torch.jit.load(str(path), map_location=device)
@@ -234,6 +251,22 @@ class ModelTask:
         torch, _ = torch_modules()
         resize_normalise([synthetic_items(1, self.device, 64, 64)[0].decoded], self.size, half=self.half)
         torch.cuda.synchronize()
+
+    def build_compiled(self, batch: int) -> None:
+        """Compile the model for ``batch`` images where :attr:`compile_choice` says so, and run it once (the build,
+        paid before the worker is ready; cached per machine). A failure is logged once and the model runs eager:
+        :attr:`compile_choice` then names the failure."""
+        choice = self.compile_choice
+        if choice.mode is None or self.module is None:
+            return
+        torch, _ = torch_modules()
+        step = CompiledStep(self.module, choice.mode, torch)
+        dtype = torch.float16 if self.half else torch.float32
+        example = torch.zeros((batch, 3, self.size, self.size), dtype=dtype, device=self.device)
+        if step.build(example.contiguous(memory_format=torch.channels_last), cache_root(), self.model_key):
+            self.compiled = step
+        else:
+            self.compile_choice = CompileChoice(None, choice.requested, f"failed: {step.failure}")
 
     def set_full_batch(self, batch: int) -> None:
         """The worker's batch size: shorter batches are then padded to a few fixed sizes (:meth:`padded_size`)."""
@@ -263,7 +296,8 @@ class ModelTask:
                 memory_format=torch.channels_last
             )
         with torch.inference_mode():
-            out = self.module(batch)
+            step = self.compiled if self.compiled is not None and self.compiled.fits(batch) else self.module
+            out = step(batch)
         if not isinstance(out, torch.Tensor):
             raise ConfigError(
                 f"--model: forward returned {type(out).__name__}; a classifier must return one tensor of "
@@ -313,12 +347,14 @@ def _onnx_session(path: Path, device: str) -> Any:
     return onnxruntime.InferenceSession(str(path), providers=providers)
 
 
-def make_task(name: str | None, model: Path | None, out: Path, device: str, *, size: int | None = None) -> ImageTask:
-    """The task for ``--task NAME`` or ``--model PATH`` (exactly one); raises :class:`ConfigError`."""
+def make_task(name: str | None, model: Path | None, out: Path, device: str, *, size: int | None = None,
+              compile: str = "off") -> ImageTask:  # fmt: skip
+    """The task for ``--task NAME`` or ``--model PATH`` (exactly one; ``compile``: ``--compile``, for a model);
+    raises :class:`ConfigError`."""
     if (name is None) == (model is None):
         raise ConfigError("give exactly one of --task NAME or --model PATH")
     if model is not None:
-        return ModelTask(model, device, size=size or 224)
+        return ModelTask(model, device, size=size or 224, compile=compile)
     if name == "stats":
         return StatsTask(size or 256)
     if name == "thumbnail":

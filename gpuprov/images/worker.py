@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentMissing, GpuprovError
+from gpuprov.images.compiled import EXPORTED_SUFFIXES, configure_caches
 from gpuprov.images.decode import Decoder
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.lazy_torch import torch_modules
@@ -73,6 +74,7 @@ class WorkerConfig:
     poll_s: float = 1.0  # how often an idle worker looks for new tasks, seconds
     jpeg: str = "torchvision"  # baseline JPEG decoder on a GPU: torchvision, nvimgcodec or auto (see Decoder)
     max_pixels: int = DEFAULT_MAX_PIXELS  # an image declaring more is failed undecoded (see Decoder)
+    compile: str = "auto"  # torch.compile of an exported model: auto, off, default, reduce-overhead (compiled.py)
 
 
 WARMUP_SIDE = 256
@@ -82,13 +84,16 @@ WARMUP_SIDE = 256
 def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backoff]:
     """A worker's start-up up to its first claim, each phase marked in ``startup`` as it ends (the phases:
     :mod:`gpuprov.images.startup`): import torch, open and check the device, make the task (load and freeze a
-    model), build its kernel, probe the batch size and run the first batch. Returns the device (``cuda`` or
-    ``cpu``), the task and the batch size's :class:`Backoff`."""
+    model), build its kernel, probe the batch size, compile the model for that batch (``--compile``) and run the
+    first batch. Returns the device (``cuda`` or ``cpu``), the task and the batch size's :class:`Backoff`."""
+    if cfg.model and cfg.compile != "off" and Path(cfg.model).suffix in EXPORTED_SUFFIXES:
+        configure_caches()  # before torch is imported: Inductor reads its cache flags then
     torch_modules()
     startup.mark("imports")
     device = self_check(cfg.slot)
     startup.mark("device")
-    task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size)
+    task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size,
+                     compile=cfg.compile)  # fmt: skip
     startup.mark("model")
     build_kernel = getattr(task, "build_kernel", None)
     if build_kernel is not None:
@@ -96,6 +101,10 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
     startup.mark("kernel")
     batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share)
     startup.mark("probe")
+    build_compiled = getattr(task, "build_compiled", None)
+    if build_compiled is not None:
+        build_compiled(batch)
+    startup.mark("compile")
     backoff = Backoff(batch)
     # Warm up before the first claim: the first batch of a fresh process pays the lazy imports and kernel
     # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
@@ -140,7 +149,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], start
     committer.start()
     startup.mark("queue")
     emit({"event": "start", "worker": name, "device": device, "uuid": cfg.slot.uuid, "batch": backoff.batch,
-          "jpeg": decoder.jpeg, "startup": startup.marks})  # fmt: skip
+          "jpeg": decoder.jpeg, "startup": startup.marks, "compile": compile_report(task)})  # fmt: skip
     try:
         claimed = prefetch(claims(queue, name, lambda: backoff.batch, keeper, cfg.follow, cfg.poll_s, timing))
         batches = prefetch(decode_ahead(claimed, decoder, timing), depth=1)
@@ -159,6 +168,13 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], start
         decoder.close()
         queue.close()
     emit({"event": "exit", "done": committer.done, "failed": committer.failed})
+
+
+def compile_report(task: ImageTask) -> dict[str, Any] | None:
+    """The ``compile`` of a worker's ``start`` event: ``{"mode", "requested", "reason"}`` of a model task
+    (:class:`~gpuprov.images.compiled.CompileChoice`; ``mode`` None: eager), None for a built-in task."""
+    choice = getattr(task, "compile_choice", None)
+    return None if choice is None else {"mode": choice.mode, "requested": choice.requested, "reason": choice.reason}
 
 
 PROFILE_ENV = "GPUPROV_IMAGES_PROFILE"

@@ -71,6 +71,7 @@ instances:
       cuda_visible_devices: GPU-00000000-0000-4000-8000-000000000a01
       cpus: "0-15,32-47"
       cpu_source: local_cpulist
+      gpus_on_cpus: 1  # GPU instances with this same CPU list (their workers share those CPUs); 1 in CPU mode
 fallbacks:
   description: Instances whose CPU list fell back to all online CPUs, with the reason.
   returned: always
@@ -168,6 +169,7 @@ def plan(gpus_fact, selection, sysfs_root):
                 "cuda_visible_devices": "",
                 "cpus": online,
                 "cpu_source": "cpu_mode",
+                "gpus_on_cpus": 1,
             }
         )
         return result
@@ -226,6 +228,8 @@ def plan(gpus_fact, selection, sysfs_root):
                 "cpu_source": source,
             }
         )
+    for inst in result["instances"]:  # gpuprov images run divides the CPUs among these (gpuprov.images.sizing)
+        inst["gpus_on_cpus"] = sum(1 for other in result["instances"] if other["cpus"] == inst["cpus"])
     return result
 
 

@@ -67,7 +67,7 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--data", str(tmp_path / "data"), "--images", "64", "--model",
          str(tmp_path / "tiny.pt"), "--gpus", "cpu", "--naive-images", "8", "--workers", "0", "--work", str(tmp_path),
-         "--json", str(out)],
+         "--compile", "off", "--json", str(out)],
         capture_output=True, text=True, check=False, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -76,6 +76,8 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     assert res["end_to_end"] > 0 and res["wall_s"] > res["startup"]["last_ready_s"]
     (worker,) = res["run"]["workers"]
     assert worker["device"] == "cpu" and list(worker["startup_s"]) == list(PHASES)
+    assert (res["compile"], res["model_format"], res["settings"]["compile"]) == ("off", "torchscript", "off")
+    assert res["compiled"] == {"off (--compile off)": 1} and res["settings"]["procs_per_gpu"] == 1
     assert list(res["startup"]["phases_s"]) == list(PHASES)
     assert not any(key.startswith(("sm", "jpg")) for key in res["util"]), "no GPU: nothing sampled from NVML"
     assert set(res["baselines"]) == {"naive", "dataloader"} and all(v > 0 for v in res["baselines"].values())
@@ -86,7 +88,8 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [["--workers", "-1"], ["--baselines", "bogus"], ["--baselines", ""],
                                  ["--naive-images", "-1"], ["--batch", "0"], ["--batch", "abc"], ["--threads", "0"],
-                                 ["--procs-per-gpu", "0"], ["--json", "/proc/e2e.json"], ["--json", "."]])
+                                 ["--procs-per-gpu", "0"], ["--json", "/proc/e2e.json"], ["--json", "."],
+                                 ["--compile", "max"], ["--export"]])
 def test_bad_arguments_stop_before_any_work(e2e: Any, bad: list[str], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Each is a usage error (exit 2) at parse time, before files are made or the model built; an unwritable --json

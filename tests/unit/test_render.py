@@ -193,7 +193,7 @@ def _role_value(role: str, name: str, host_vars: dict[str, Any], loader: DataLoa
 
 
 def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> None:
-    """image_workers.procs_per_gpu (a group's value over the fleet default 4) becomes the role's default and
+    """image_workers.procs_per_gpu (a group's value over the fleet default auto) becomes the role's default and
     the --procs-per-gpu of the rendered gpuprov-worker@ unit."""
     import jinja2
 
@@ -207,15 +207,16 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
         host_vars = host_vars_of(name)
         procs = _role_value("image_workers", "image_workers_procs_per_gpu", host_vars, loader)
         text = unit.render(ansible_managed="", image_workers_procs_per_gpu=procs, image_workers_model=None,
-                           image_workers_task="thumbnail", image_workers_size=None, image_workers_threads=4,
+                           image_workers_task="thumbnail", image_workers_size=None, image_workers_threads="auto",
+                           image_workers_compile="auto",
                            image_workers_lease_s=60, image_workers_output_dir="/o", image_workers_venv="/v",
                            image_workers_user="u", image_workers_group="g", __image_workers_env_dir="/e",
                            image_workers_restart_sec=5, image_workers_start_limit_burst=5,
                            image_workers_start_limit_interval_s=600)  # fmt: skip
-        seen[name] = (int(procs), "--procs-per-gpu 8" in text, "--procs-per-gpu 4" in text)
+        seen[name] = (procs, "--procs-per-gpu 8 " in text, "--procs-per-gpu auto " in text)
     in_group = {name for name, host in fleet.hosts.items() if group in host.groups}
     assert in_group and len(in_group) < len(seen)
-    assert seen == {name: (8, True, False) if name in in_group else (4, False, True) for name in seen}
+    assert seen == {name: (8, True, False) if name in in_group else ("auto", False, True) for name in seen}
 
 
 def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

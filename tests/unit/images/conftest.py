@@ -1,8 +1,11 @@
-"""Queue fixtures (``queue_url`` gives a fresh, empty queue URL per test on each backend) and ``bomb_png``."""
+"""Queue fixtures (``queue_url`` gives a fresh, empty queue URL per test on each backend), ``bomb_png``, and
+torch._dynamo imported before Ansible can break it."""
 
 from __future__ import annotations
 
+import importlib.util
 import struct
+import sys
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -13,6 +16,24 @@ import pytest
 from gpuprov.images.queue import Queue, open_queue
 
 __all__ = ["bomb_png", "make_url", "queue_url"]
+
+
+def _import_dynamo() -> None:
+    """Import torch._dynamo (torchvision, torch.export and torch.compile import it) before this folder's test modules,
+    with the builtin ``sys.intern``: it refuses to import where ansible-core has replaced ``sys.intern``, which a
+    test module of another folder, collected earlier in the same process, may have done by importing Ansible.
+    gpuprov's workers and ``gpuprov images`` never import Ansible."""
+    if importlib.util.find_spec("torch") is None:
+        return
+    patched = sys.intern
+    sys.intern = getattr(patched, "unpatched_implementation", patched)
+    try:
+        importlib.import_module("torch._dynamo")
+    finally:
+        sys.intern = patched
+
+
+_import_dynamo()
 
 BACKENDS = ("sqlite", "redis")
 

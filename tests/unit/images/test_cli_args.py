@@ -23,6 +23,10 @@ from gpuprov.cli.__main__ import main
     (["--task", "stats", "--lease", "nan"], "--lease"),
     (["--task", "stats", "--lease", "0.001"], "--lease"),
     (["--model", "/nonexistent/model.pt"], "--model"),
+    (["--task", "stats", "--threads", "many"], "--threads"),
+    (["--task", "stats", "--procs-per-gpu", "auto8"], "--procs-per-gpu"),
+    (["--task", "stats", "--compile", "max"], "--compile"),
+    (["--task", "stats", "--compile", "default"], "--compile default: a built-in --task cannot be compiled"),
 ])
 def test_bad_run_arguments_exit_2(args: list[str], named: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:

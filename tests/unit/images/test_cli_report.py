@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -37,11 +38,19 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     captured = capsys.readouterr()
     (line,) = [x for x in captured.err.splitlines() if "cpu0: worker on cpu batch 32; ready in" in x]
     assert all(re.search(rf"\b{phase} [0-9]+\.[0-9]\b", line) for phase in PHASES), line
+    cpus = len(os.sched_getaffinity(0))
+    threads = max(1, min(4, cpus))  # the rule's CPU mode: clamp(cpus // cpu_workers, 1, 4)
+    (settings_line,) = [x for x in captured.err.splitlines() if " settings: " in x]
+    assert settings_line.endswith(f"settings: {threads} decode threads (auto), batch auto, compile auto; {cpus} CPUs, "
+                                  "no GPU"), settings_line  # fmt: skip
     assert "3 rows in" in captured.out and "first result after" in captured.out
     report = json.loads(report_path.read_text())
     assert (report["rows"], report["failed"], report["dead"], report["images"]) == (3, 0, 0, 3)
     (worker,) = report["workers"]
-    assert (worker["slot"], worker["device"], worker["done"]) == ("cpu0", "cpu", 3)
+    assert (worker["slot"], worker["device"], worker["done"], worker["compile"]) == ("cpu0", "cpu", 3, None)
+    assert report["settings"] == {"procs_per_gpu": 1, "threads": threads, "batch": "auto", "compile": "auto",
+                                  "chosen": {"procs_per_gpu": "auto", "threads": "auto"}, "cpus": cpus, "gpus": 0,
+                                  "gpus_on_cpus": 0, "gpu_memory_bytes": None}  # fmt: skip
     assert list(worker["startup_s"]) == list(PHASES) and all(s >= 0 for s in worker["startup_s"].values())
     # the worker was spawned after the run began, reported ready, then sent its first result
     assert worker["spawned_s"] >= 0

@@ -13,7 +13,8 @@ from gpuprov.images.startup import PHASES, Startup, phase_seconds, run_report, s
 
 def _state(name: str, **kw: Any) -> Any:
     fields = {"slot": Slot(name), "device": "cpu", "batch": 32, "failed": 0, "restarts": 0, "spawned": None,
-              "startup": {}, "first_result": None, "first_done": 0, "last_result": None, "total_done": 0}  # fmt: skip
+              "startup": {}, "compile": None, "first_result": None, "first_done": 0, "last_result": None,
+              "total_done": 0}  # fmt: skip
     return SimpleNamespace(**{**fields, **kw})
 
 
@@ -52,8 +53,9 @@ def test_steady_rate_counts_the_images_after_the_first_result_to_the_last() -> N
 
 def test_run_report_puts_each_workers_phases_and_the_results_after_the_run_start() -> None:
     marks = {phase: 50.0 + i for i, phase in enumerate(PHASES, start=1)}
+    choice = {"mode": "default", "requested": "auto", "reason": "auto on a GPU"}
     ready = _state("cpu0", spawned=50.0, startup=marks, first_result=60.0, first_done=32, last_result=62.0,
-                   total_done=64)  # fmt: skip
+                   total_done=64, compile=choice)  # fmt: skip
     never_ready = _state("cpu1", spawned=51.0)
     report = run_report([ready, never_ready], 49.0, {"rows": 64, "failed": 0, "dead": 0})
     assert (report["rows"], report["images"], report["restarts"]) == (64, 64, 0)
@@ -61,5 +63,6 @@ def test_run_report_puts_each_workers_phases_and_the_results_after_the_run_start
     first, second = report["workers"]
     assert first["startup_s"] == dict.fromkeys(PHASES, 1.0) and first["ready_s"] == len(PHASES)
     assert (first["spawned_s"], first["first_result_s"], first["done"]) == (1.0, 11.0, 64)
+    assert (first["compile"], second["compile"]) == (choice, None)
     assert (second["startup_s"], second["ready_s"], second["first_result_s"]) == ({}, None, None)
     assert report["phases"] == list(PHASES)

@@ -54,6 +54,7 @@ def test_instances_follow_nvml_order_and_pin_by_uuid(tmp_path: Path) -> None:
         assert i["cuda_visible_devices"] == g["uuid"] and i["gpus_arg"] == g["uuid"]  # never a bare index
     assert inst[0]["name"] == "DGX Display"
     assert [i["cpus"] for i in inst] == ["0-31", "0-31", "32-63", "64-127", "0-127"]
+    assert [i["gpus_on_cpus"] for i in inst] == [2, 2, 1, 1, 1]  # GPUs 0 and 1 share a NUMA node's CPUs
     assert [i["cpu_source"] for i in inst][-2:] == ["local_cpulist", "fallback_all"]
     assert got["fallbacks"] == [{"instance": "4", "reason": got["fallbacks"][0]["reason"]}]
     assert buses[4] in got["fallbacks"][0]["reason"]
@@ -75,7 +76,7 @@ def test_no_gpu_gives_one_cpu_instance_on_online_cpus(tmp_path: Path) -> None:
         assert got["mode"] == "cpu"
         assert got["instances"] == [
             {"instance": "cpu", "index": None, "uuid": None, "bus_id": None, "name": "cpu", "gpus_arg": "cpu",
-             "cuda_visible_devices": "", "cpus": "0-3,6", "cpu_source": "cpu_mode"}
+             "cuda_visible_devices": "", "cpus": "0-3,6", "cpu_source": "cpu_mode", "gpus_on_cpus": 1}
         ]  # fmt: skip
     forced = plan_mod.plan(_facts("h200x2"), "cpu", str(sysfs))
     assert [i["instance"] for i in forced["instances"]] == ["cpu"]
