@@ -8,7 +8,8 @@ archive, named as NVIDIA names them.
   and installs the stand-in toolkit only: ``bin/nvcc`` answering ``--version`` in NVIDIA's format,
   ``version.json``, a real ELF ``libcudart.so.X.Y.Z`` under ``targets/x86_64-linux/lib`` with the ``lib64`` and
   ``include`` links real toolkits have. It refuses ``--driver``, and ``--silent`` without ``--toolkit`` (which
-  selects the driver too), so a test sees a role that would install the driver fail.
+  selects the driver too), so a test sees a role that would install the driver fail. Like NVIDIA's, it logs to
+  ``/var/log/cuda-installer.log`` (``$GPUPROV_STANDIN_INSTALLER_LOG`` where a test runs it), with its options.
 * :func:`cudnn_archive` writes ``cudnn-linux-x86_64-<version>_cuda<major>-archive.tar.xz`` with NVIDIA's layout:
   one top directory of that name holding ``include/cudnn_version.h`` (CUDNN_MAJOR/MINOR/PATCHLEVEL),
   ``include/cudnn.h``, ``lib/libcudnn.so.<M.m.p>`` (a real ELF, SONAME ``libcudnn.so.<M>``) with its
@@ -68,7 +69,8 @@ if [ "$toolkit" != 1 ]; then
 fi
 mkdir -p "$path"
 cp -a toolkit/. "$path/"
-echo "gpuprov stand-in: installed CUDA {release} toolkit to $path ($*)" >> /var/log/cuda-installer.log
+echo "gpuprov stand-in: installed CUDA {release} toolkit to $path ($*)" \
+  >> "${{GPUPROV_STANDIN_INSTALLER_LOG:-/var/log/cuda-installer.log}}"
 """
 
 
