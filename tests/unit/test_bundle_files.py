@@ -41,7 +41,8 @@ def nvidia_files(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
 def _fleet(tmp_path: Path, repo: str, files: str, sums: dict[str, str]) -> Path:
     return write_fleet(
         tmp_path, repo,
-        cuda={"version": "12.8.1", "method": "runfile", "runfile_url": files + RUNFILE, "runfile_sha256": sums[RUNFILE]},
+        cuda={"version": "12.8.1", "method": "runfile", "runfile_url": files + RUNFILE,
+              "runfile_sha256": sums[RUNFILE]},
         cudnn={"version": "9.8.0", "method": "archive", "archive_url": files + ARCHIVE,
                "archive_sha256": sums[ARCHIVE]})
 

@@ -3,8 +3,8 @@
 Per host (molecule.yml): debian12 runs CUDA 12.8 (+12.2 side by side), cuDNN 9.8.0, NCCL 2.26.2 under the
 h200x2 profile; the ubuntu2004 stand-in CUDA 11.8, cuDNN 8.9.7, NCCL 2.16.5 under v100x4, where apt's
 candidates (+cuda12.2, +cuda12.0) are the wrong builds; the "files" host (debian12, h200x2) CUDA 12.8.1 from
-NVIDIA's runfile and cuDNN 9.10.2 from NVIDIA's archive, no packages and no NCCL. SONAMEs are read by parsing the ELF dynamic
-section here (the images have no binutils); the libraries are also loaded with ctypes in the container.
+NVIDIA's runfile and cuDNN 9.10.2 from NVIDIA's archive, no packages and no NCCL. SONAMEs are read by parsing the
+ELF dynamic section here (the images have no binutils); the libraries are also loaded with ctypes in the container.
 """
 
 from __future__ import annotations
