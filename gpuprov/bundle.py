@@ -39,6 +39,7 @@ from debian.deb822 import Packages
 from debian.debian_support import Version, version_compare
 
 from gpuprov.aptsign import key_fingerprint, release_text, sign
+from gpuprov.bundle_files import plan_files
 from gpuprov.exceptions import ConfigError, GpuprovError
 from gpuprov.fleet import Fleet
 from gpuprov.fleet.checks import default_dcgm
@@ -105,13 +106,14 @@ def stack_packages(settings: dict[str, Any]) -> tuple[list[Want], list[dict[str,
         wants += [Want(name, pattern, setting, version or branch, same_as=meta) for name in siblings]
     cuda = str((settings.get("cuda") or {}).get("version") or "")
     cuda_xy = ".".join(cuda.split(".")[:2])
-    if cuda:
+    # a runfile or an archive is not from the repository: gpuprov.bundle_files carries those
+    if cuda and (settings.get("cuda") or {}).get("method", "cuda-repo") == "cuda-repo":
         tail = r"\.\d+" if cuda == cuda_xy else ""
         wants.append(Want(f"cuda-toolkit-{cuda_xy.replace('.', '-')}", re.escape(cuda) + tail + r"-\d+",
                           "cuda.version", cuda))
     for section in ("cudnn", "nccl"):
         version = str((settings.get(section) or {}).get("version") or "")
-        if not version:
+        if not version or (settings.get(section) or {}).get("method", "cuda-repo") != "cuda-repo":
             continue
         extra = r"\.\d+" if len(version.split(".")) < 3 else ""
         if section == "cudnn":
@@ -312,7 +314,8 @@ def plan(fleet: Fleet, index_reader: Any = fetch_index) -> dict[str, Any]:
         entry["wants"] += wants
         entry["elsewhere"] += [dict(e, host=host.name) for e in elsewhere]
         entry["hosts"].append(host.name)
-    manifest: dict[str, Any] = {"format": 1, "fleet": str(fleet.source), "oses": {}, "missing": []}
+    manifest: dict[str, Any] = {"format": 1, "fleet": str(fleet.source), "oses": {}, "missing": [],
+                                "files": plan_files(fleet)}
     for os_name, entry in sorted(per_os.items()):
         url = entry["url"]
         log.info("bundle %s: reading %s", os_name, url)

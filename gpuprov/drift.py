@@ -2,7 +2,8 @@
 
 Installed state is read on the hosts by ``roles/verify/tasks/drift.yml`` (gpuprov.gpu.deb_packages, which
 reads dpkg-query and needs no python3-apt; NVML; the container runtime's configuration files; ``nvidia-smi mig
--lgi``) and published with the desired values (the verify role's ``verify_expected_*`` variables) as the fact
+-lgi``; for CUDA and cuDNN installed from NVIDIA's runfile or archive, the record the role keeps next to the
+toolkit) and published with the desired values (the verify role's ``verify_expected_*`` variables) as the fact
 ``verify_drift``. :func:`compare` turns one host's fact into ``{component: {desired, installed, in_sync,
 note}}`` for the components in :data:`COMPONENTS`.
 
@@ -207,6 +208,36 @@ def _library(key: str, pattern: str, want: dict[str, Any], packages: dict[str, s
     return _entry({"version": version}, found, ok, note)
 
 
+def _record(content: Any) -> dict[str, Any] | None:
+    """A role's record of what it installed from one of NVIDIA's files (base64 JSON, as slurp reads it) -> the
+    mapping; None when the file is absent or not a JSON object."""
+    if not content:
+        return None
+    try:
+        data = json.loads(base64.b64decode(str(content)))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _from_file(section: str, version: Any, sha256: Any, record: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """CUDA (runfile) or cuDNN (archive) from the role's record ``name`` (``gpuprov-runfile.json``): in sync when it
+    names the wanted version (or a longer one starting with it) and, where the fleet pins one, the same sha256."""
+    version = _none(version)
+    if not version:
+        return _entry(None, record, True, f"not managed ({section}.version is null)")
+    desired = {"version": str(version), "sha256": str(sha256).lower() if _none(sha256) else None}
+    if record is None:
+        return _entry(desired, None, False, f"no {name} next to the toolkit: not installed from the file")
+    have = str(record.get("version", ""))
+    installed = {"version": have, "sha256": record.get("sha256")}
+    if have != str(version) and not have.startswith(f"{version}."):
+        return _entry(desired, installed, False, f"{name} records {section} {have}")
+    if desired["sha256"] and record.get("sha256") != desired["sha256"]:
+        return _entry(desired, installed, False, f"{name} records another file (sha256 {record.get('sha256')})")
+    return _entry(desired, installed, True)
+
+
 def _runtime(want: dict[str, Any], packages: dict[str, str], files: dict[str, Any]) -> tuple[dict[str, Any],
                                                                                                 dict[str, Any]]:
     runtime = want.get("container_runtime") or "docker"
@@ -262,12 +293,21 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
     nvml = have.get("nvml") or {}
     files = {str(r.get("item")): r.get("content") for r in have.get("runtime_files") or [] if isinstance(r, dict)}
     toolkit, runtime = _runtime(want, packages, files)
+    records = {str(r.get("item")).rsplit("/", maxsplit=1)[-1]: _record(r.get("content"))
+               for r in have.get("records") or [] if isinstance(r, dict)}
+    cuda = (_from_file("cuda", want.get("cuda_version"), want.get("cuda_runfile_sha256"),
+                       records.get("gpuprov-runfile.json"), "gpuprov-runfile.json")
+            if want.get("cuda_method") == "runfile" else _cuda(want, packages))
+    cudnn = (_from_file("cudnn", want.get("cudnn_version"), want.get("cudnn_archive_sha256"),
+                        records.get("gpuprov-cudnn.json"), "gpuprov-cudnn.json")
+             if want.get("cudnn_method") == "archive"
+             else _library("cudnn_version", r"^libcudnn\d+(-cuda-\d+)?$", want, packages))
     return {
         "kernel": _kernel(packages, have.get("kernel")),
         "driver": _driver(want, packages, nvml),
         "fabric_manager": _fabric_manager(want, packages, nvml),
-        "cuda": _cuda(want, packages),
-        "cudnn": _library("cudnn_version", r"^libcudnn\d+(-cuda-\d+)?$", want, packages),
+        "cuda": cuda,
+        "cudnn": cudnn,
         "nccl": _library("nccl_version", r"^libnccl2$", want, packages),
         "container_toolkit": toolkit,
         "runtime_config": runtime,

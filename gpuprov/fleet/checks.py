@@ -14,6 +14,7 @@ from typing import Any
 from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.hostcheck import HostCheck
 from gpuprov.fleet.mig import check_mig
+from gpuprov.fleet.nvidia_files import check_nvidia_files
 from gpuprov.matrix import BRANCH_KIND_NAMES, GpuModel, Matrix, branch_of, version_key
 from gpuprov.resources import role_defaults
 
@@ -40,6 +41,7 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
                  "gpuprov, or use an x86_64 model (gpuprov matrix --section gpus)")
     _check_method(ctx, settings, matrix)
     _check_monitoring(ctx, settings)
+    check_nvidia_files(ctx, settings)
     cuda_ok = _check_cuda(ctx, settings, matrix, gpu)
     branch = _resolve_branch(ctx, settings, matrix, gpu, cuda_ok)
     if branch is None or branch not in matrix.branches:

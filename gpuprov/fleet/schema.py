@@ -72,15 +72,30 @@ class Driver(Strict):
 
 
 class Cuda(Strict):
-    """CUDA toolkit version (major.minor[.patch]); null installs no toolkit."""
+    """CUDA toolkit version (major.minor[.patch]; null installs no toolkit) and how: ``cuda-repo`` (the
+    ``cuda-toolkit-X-Y`` package) or ``runfile`` (NVIDIA's ``cuda_<version>_<driver>_linux.run`` from
+    ``runfile_url``, checked against ``runfile_sha256``, toolkit only)."""
 
     version: CudaVersion | None = None
+    method: Literal["cuda-repo", "runfile"] = "cuda-repo"
+    runfile_url: UrlOrEnv | None = None
+    runfile_sha256: Sha256 | None = None
 
 
 class Library(Strict):
     """A CUDA library version (cuDNN, NCCL); null installs none."""
 
     version: LibVersion | None = None
+
+
+class Cudnn(Library):
+    """cuDNN: ``version`` and how: ``cuda-repo`` (NVIDIA's packages) or ``archive`` (NVIDIA's
+    ``cudnn-linux-x86_64-<version>_cuda<major>-archive.tar.xz`` from ``archive_url``, checked against
+    ``archive_sha256``, unpacked into the toolkit)."""
+
+    method: Literal["cuda-repo", "archive"] = "cuda-repo"
+    archive_url: UrlOrEnv | None = None
+    archive_sha256: Sha256 | None = None
 
 
 class MigDevices(Strict):
@@ -201,7 +216,7 @@ class Settings(Strict):
     gpus: Gpus = Gpus()
     driver: Driver = Driver()
     cuda: Cuda = Cuda()
-    cudnn: Library = Library()
+    cudnn: Cudnn = Cudnn()
     nccl: Library = Library()
     container_runtime: Literal["docker", "containerd", "none"] = "docker"
     mig: Mig = Mig()

@@ -196,7 +196,7 @@ def _check_driver_version(value: object) -> str:
 def _check_sha256(value: object) -> str:
     text = require_str(value, "a SHA-256 checksum", "64 hex digits")
     if not _SHA256.match(text):
-        raise fail("not a SHA-256 checksum", "give the 64 hex digits from `sha256sum` of the runfile")
+        raise fail("not a SHA-256 checksum", "give the 64 hex digits from `sha256sum FILE` of the file it pins")
     return text.lower()
 
 

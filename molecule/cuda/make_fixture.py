@@ -1,6 +1,8 @@
 """Build what prepare.yml unpacks in a container: the signed stand-in CUDA repository and a mock NVML.
 
-    python make_fixture.py repo OUT_DIR           # signed repository (toolkits, cuDNN, NCCL): repo.tar, FINGERPRINT
+    python make_fixture.py repo OUT_DIR           # signed repository (toolkits, cuDNN, NCCL) with files/ (the
+                                                  # CUDA 12.8 runfile, the cuDNN 9.10.2 archive): repo.tar,
+                                                  # FINGERPRINT, files.json (name -> sha256)
     python make_fixture.py nvml PROFILE OUT.tar   # mock NVML with PROFILE, as a tarball for /
     python make_fixture.py driver NAME VERSION OUT.deb   # an empty installed-driver package
 
@@ -11,6 +13,8 @@ candidate is +cuda12.0 next to the +cuda11.8 an 11.8 host needs), which the role
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import tarfile
 import tempfile
@@ -21,14 +25,21 @@ sys.path.insert(0, str(ROOT))
 
 from gpuprov.lab.mocknvml import install  # noqa: E402
 from gpuprov.lab.standin.deb import PackageSpec, build_deb  # noqa: E402
+from gpuprov.lab.standin.nvidia_files import cuda_runfile, cudnn_archive  # noqa: E402
 from gpuprov.lab.standin.repo import build_repository, key_fingerprint  # noqa: E402
 from gpuprov.lab.standin.toolkit import lab_toolkit_packages  # noqa: E402
 
 
 def build_repo(out: Path) -> None:
-    """Signed repository under ``out/repo`` (key generated in ``out/gnupg``), packed as ``out/repo.tar``
-    (unpacked at /opt), and its key's fingerprint in ``out/FINGERPRINT``."""
+    """Signed repository under ``out/repo`` (key generated in ``out/gnupg``) with NVIDIA's files for sites that
+    take files under ``files/``, packed as ``out/repo.tar`` (unpacked at /opt), its key's fingerprint in
+    ``out/FINGERPRINT`` and the files' sha256 in ``out/files.json`` (``{name: sha256}``)."""
     repo = build_repository(lab_toolkit_packages(), out / "repo", gnupg_home=out / "gnupg")
+    files = repo.path / "files"
+    files.mkdir()
+    made = [cuda_runfile("12.8", files), cudnn_archive("9.10.2", "12", files)]
+    (out / "files.json").write_text(json.dumps({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in made}),
+                                    encoding="utf-8")
     fingerprint = key_fingerprint(repo.key)
     # NVIDIA publishes its key as <last 8 hex digits of the fingerprint>.pub next to the index.
     (repo.path / f"{fingerprint[-8:].lower()}.pub").write_bytes(repo.key.read_bytes())

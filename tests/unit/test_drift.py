@@ -23,7 +23,8 @@ from gpuprov.facts import collect_with
 
 DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavour": "open", "nvswitch": True,
            "cuda_version": "12.8", "cudnn_version": "9.10.2", "nccl_version": "2.26.2",
-           "container_runtime": "docker", "mig_layout": None, "mig_layouts": {}}
+           "container_runtime": "docker", "mig_layout": None, "mig_layouts": {}, "cuda_method": "cuda-repo",
+           "cuda_runfile_sha256": "", "cudnn_method": "cuda-repo", "cudnn_archive_sha256": ""}
 
 PACKAGES = "\n".join([
     "linux-image-6.8.0-60-generic\tamd64\t6.8.0-60.63\tinstall ok installed",
@@ -309,3 +310,35 @@ def test_fabric_manager_of_590_and_later_matches_the_unbranched_set(nvml: dict[s
     entry = drift.compare(_fact(nvml, installed__packages=_dpkg(*behind), desired__driver_branch="595",
                                 desired__driver_version=None, desired__nvswitch=True))["fabric_manager"]
     assert not entry["in_sync"] and "nvidia-fabricmanager differ from driver 595.71.05" in entry["note"]
+
+
+def _record(data: dict[str, Any]) -> str:
+    return base64.b64encode(json.dumps(data).encode()).decode()
+
+
+def test_runfile_and_archive_are_compared_with_the_roles_records(nvml: dict[str, Any]) -> None:
+    """CUDA from the runfile and cuDNN from the archive: no packages, the records next to the toolkit say what is
+    installed; another sha256 or version is drift, a missing record is drift."""
+    sha_run, sha_arc = "a" * 64, "b" * 64
+    no_packages = "\n".join(line for line in PACKAGES.splitlines() if not line.startswith(("cuda-", "libcudnn")))
+    records = [{"item": "/usr/local/cuda-12.8/gpuprov-runfile.json",
+                "content": _record({"version": "12.8.1", "sha256": sha_run})},
+               {"item": "/usr/local/cuda-12.8/gpuprov-cudnn.json",
+                "content": _record({"version": "9.10.2", "sha256": sha_arc, "archive": "x", "files": []})}]
+    want = {"desired__cuda_version": "12.8.1", "desired__cuda_method": "runfile",
+            "desired__cuda_runfile_sha256": sha_run, "desired__cudnn_method": "archive",
+            "desired__cudnn_archive_sha256": sha_arc, "installed__packages": no_packages}
+    result = drift.compare(_fact(nvml, installed__records=records, **want))
+    assert result["cuda"] == {"desired": {"version": "12.8.1", "sha256": sha_run},
+                              "installed": {"version": "12.8.1", "sha256": sha_run}, "in_sync": True, "note": None}
+    assert result["cudnn"]["in_sync"] and result["cudnn"]["installed"] == {"version": "9.10.2", "sha256": sha_arc}
+    other = drift.compare(_fact(nvml, installed__records=records, **dict(want, desired__cudnn_archive_sha256="c" * 64,
+                                                                          desired__cuda_version="12.8.0")))
+    assert other["cudnn"]["note"] == f"gpuprov-cudnn.json records another file (sha256 {sha_arc})"
+    assert other["cuda"]["note"] == "gpuprov-runfile.json records cuda 12.8.1"
+    absent = drift.compare(_fact(nvml, installed__records=[{"item": r["item"], "failed": True} for r in records],
+                                 **want))
+    assert not absent["cuda"]["in_sync"] and absent["cuda"]["installed"] is None
+    assert absent["cudnn"]["note"] == "no gpuprov-cudnn.json next to the toolkit: not installed from the file"
+    # the package rule still applies to a package host: the same packages-free host is drift there
+    assert not drift.compare(_fact(nvml, installed__packages=no_packages))["cuda"]["in_sync"]

@@ -2,12 +2,14 @@
 
 Per host (molecule.yml): debian12 runs CUDA 12.8 (+12.2 side by side), cuDNN 9.8.0, NCCL 2.26.2 under the
 h200x2 profile; the ubuntu2004 stand-in CUDA 11.8, cuDNN 8.9.7, NCCL 2.16.5 under v100x4, where apt's
-candidates (+cuda12.2, +cuda12.0) are the wrong builds. SONAMEs are read by parsing the ELF dynamic
-section here (the images have no binutils); the libraries are also loaded with ctypes in the container.
+candidates (+cuda12.2, +cuda12.0) are the wrong builds; the "files" host (debian12, h200x2) CUDA 12.8.1 from
+NVIDIA's runfile and cuDNN 9.10.2 from NVIDIA's archive, no packages and no NCCL. SONAMEs are read by parsing the
+ELF dynamic section here (the images have no binutils); the libraries are also loaded with ctypes in the container.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from typing import Any
@@ -28,6 +30,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "cudnn": ("8.9.7", "libcudnn8", "libcudnn8-dev", "8.9.7.29-1+cuda11.8", 8907),
         "nccl": ("2.16.5", "2.16.5-1+cuda11.8", 21605),
         "refused": "CUDA 13.0 needs driver 580.65.06 or newer",
+    },
+    "gpuprov-cuda-files": {
+        "cuda": {"12.8": "V12.8.93"}, "default": "12.8",
+        "runfile": ("12.8.1", "cuda_12.8.1_570.124.06_linux.run"),
+        "archive": ("9.10.2", "cudnn-linux-x86_64-9.10.2.21_cuda12-archive.tar.xz", 91002),
+        "refused": "CUDA 12.8 needs driver 525.60.13 or newer",
     },
 }
 
@@ -87,6 +95,8 @@ def test_nvcc_reports_each_toolkit(host: Any, want: dict[str, Any]) -> None:
 
 
 def test_toolkits_pinned_and_held_never_the_cuda_meta(host: Any, want: dict[str, Any]) -> None:
+    if "runfile" in want:
+        pytest.skip("toolkit from the runfile: test_runfile_installed_the_toolkit_only")
     holds = held(host)
     for version in want["cuda"]:
         package = "cuda-toolkit-" + version.replace(".", "-")
@@ -129,6 +139,8 @@ def test_linker_path_and_cache_have_the_default_cudart(host: Any, want: dict[str
 
 
 def test_cudnn_files_are_the_build_for_the_installed_cuda(host: Any, want: dict[str, Any]) -> None:
+    if "archive" in want:
+        pytest.skip("cuDNN from the archive: test_cudnn_archive_unpacked_into_the_toolkit")
     version, runtime, dev, pkg_version, code = want["cudnn"]
     major = version.split(".")[0]
     for package in (runtime, dev):
@@ -147,6 +159,8 @@ def test_cudnn_files_are_the_build_for_the_installed_cuda(host: Any, want: dict[
 
 
 def test_nccl_files_are_the_build_for_the_installed_cuda(host: Any, want: dict[str, Any]) -> None:
+    if "nccl" not in want:
+        pytest.skip("no NCCL on this host")
     version, pkg_version, code = want["nccl"]
     for package in ("libnccl2", "libnccl-dev"):
         assert selection(host, package) == f"hi |{pkg_version}"
@@ -172,8 +186,54 @@ def test_toolkit_above_the_driver_is_refused_before_install(host: Any, want: dic
         assert not host.package("cuda-toolkit-13-0").is_installed
 
 
-def test_repository_is_one_pinned_deb822_source(host: Any) -> None:
+def test_repository_is_one_pinned_deb822_source(host: Any, want: dict[str, Any]) -> None:
+    if "runfile" in want:
+        assert host.check_output("grep -rl 127.0.0.1:8472 /etc/apt/ || true") == ""  # files only: no apt source
+        return
     sources = host.check_output("grep -rl 127.0.0.1:8472 /etc/apt/sources.list.d/ /etc/apt/sources.list || true")
     assert sources.split() == ["/etc/apt/sources.list.d/cuda-gpuprov.sources"]
     text = host.file("/etc/apt/sources.list.d/cuda-gpuprov.sources").content_string
     assert "Signed-By: /etc/apt/keyrings/cuda-gpuprov.gpg" in text
+
+
+def sha256(host: Any, path: str) -> str:
+    return host.check_output(f"sha256sum {path}").split()[0]
+
+
+def test_runfile_installed_the_toolkit_only(host: Any, want: dict[str, Any]) -> None:
+    if "runfile" not in want:
+        pytest.skip("toolkit from packages")
+    release, name = want["runfile"]
+    record = json.loads(host.file("/usr/local/cuda-12.8/gpuprov-runfile.json").content_string)
+    served = sha256(host, f"/opt/gpuprov-standin/files/{name}")
+    assert record == {"version": release, "sha256": served}
+    assert json.loads(host.file("/usr/local/cuda-12.8/version.json").content_string)["cuda"]["version"] == release
+    log = host.file("/var/log/cuda-installer.log").content_string
+    assert "--silent --toolkit --toolkitpath=/usr/local/cuda-12.8 --no-man-page --override" in log
+    assert "--driver" not in log
+    assert host.check_output("dpkg-query --show --showformat='${Package}\\n' 'cuda-*' 'libcudnn*' || true") == ""
+    assert not host.file("/var/tmp/gpuprov-cuda").exists or not host.file(f"/var/tmp/gpuprov-cuda/{name}").exists
+
+
+def test_cudnn_archive_unpacked_into_the_toolkit(host: Any, want: dict[str, Any]) -> None:
+    if "archive" not in want:
+        pytest.skip("cuDNN from packages")
+    version, name, code = want["archive"]
+    lib = host.file("/usr/local/cuda-12.8/lib64/libcudnn.so.9")
+    assert lib.is_symlink
+    assert lib.linked_to == f"/usr/local/cuda-12.8/targets/x86_64-linux/lib/libcudnn.so.{version}"
+    assert soname(host.file(lib.linked_to).content) == "libcudnn.so.9"
+    assert host.file(lib.linked_to).user == "root"
+    header = host.file("/usr/local/cuda-12.8/include/cudnn_version.h").content_string
+    assert macros(header, "CUDNN_", ("MAJOR", "MINOR", "PATCHLEVEL")) == version
+    assert "libcudnn.so.9 (libc6,x86-64) => /usr/local/cuda/lib64/libcudnn.so.9" in host.check_output("ldconfig -p")
+    loaded = host.check_output(
+        "python3 -c \"import ctypes; f = ctypes.CDLL('libcudnn.so.9').cudnnGetVersion; "
+        "f.restype = ctypes.c_size_t; print(f())\"")
+    assert int(loaded) == code
+    record = json.loads(host.file("/usr/local/cuda-12.8/gpuprov-cudnn.json").content_string)
+    assert record == {"version": version, "sha256": sha256(host, f"/opt/gpuprov-standin/files/{name}"),
+                      "archive": name,
+                      "files": ["include/cudnn.h", "include/cudnn_version.h", "lib64/libcudnn.so",
+                                "lib64/libcudnn.so.9", f"lib64/libcudnn.so.{version}"]}
+    assert not host.file("/var/tmp/gpuprov-cudnn").exists
