@@ -162,8 +162,13 @@ def build_runfile(version: str, out_dir: Path) -> Path:
         ConfigError: gcc failed, or the mock NVML has no CUDA release for ``version`` (its overlay).
     """
     top = f"NVIDIA-Linux-x86_64-{version}"
-    installer = INSTALLER.format(version=version, libdir=LIBDIR, version_file=STANDIN_DRIVER_VERSION_FILE,
-                                 overlay_file=STANDIN_NVML_OVERLAY_FILE, dkms_add=DKMS_ADD.format(version=version))
+    installer = INSTALLER.format(
+        version=version,
+        libdir=LIBDIR,
+        version_file=STANDIN_DRIVER_VERSION_FILE,
+        overlay_file=STANDIN_NVML_OVERLAY_FILE,
+        dkms_add=DKMS_ADD.format(version=version),
+    )
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w:gz") as tar:
         _add(tar, f"{top}/nvidia-installer", installer.encode(), 0o755)
