@@ -269,3 +269,20 @@ def test_the_driver_is_found_under_every_name_a_method_installs(
     entry = drift.compare(_fact(nvml, installed__packages=_dpkg(*rows), desired__driver_flavour=flavour,
                                 desired__driver_version=None, desired__nvswitch=False))["driver"]  # fmt: skip
     assert entry["in_sync"] is in_sync, entry["note"]
+
+
+def test_a_runfile_driver_is_read_from_the_installers_record(nvml: dict[str, Any]) -> None:
+    """Method runfile: no driver package; the version nvidia-installer recorded decides."""
+    packages = "linux-image-6.8.0-60-generic\tamd64\t6.8.0-60.63\tinstall ok installed"
+    at = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version="580.159.04\n"))
+    assert at["driver"]["in_sync"] and at["driver"]["note"] == "installed from NVIDIA's runfile 580.159.04"
+    assert at["driver"]["desired"]["runfile"] == "NVIDIA-Linux-x86_64-580.159.04.run"
+    older = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version="580.95.05"))
+    assert not older["driver"]["in_sync"]
+    assert older["driver"]["note"] == "the runfile driver is 580.95.05, not 580.159.04"
+    other = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version="570.1.2",
+                                desired__driver_version=None))
+    assert other["driver"]["note"] == "the runfile driver 570.1.2 is not on branch 580"
+    # no record: the package rules decide, as before
+    none = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version=""))
+    assert none["driver"]["installed"]["runfile_version"] is None and "runfile" not in none["driver"]["note"]
