@@ -68,8 +68,9 @@ INSTALLER_LOG=/var/log/nvidia-installer.log
 dkms=0 uninstall=0 type=default kernel=$(uname -r) key="" cert=""
 for a in "$@"; do
     case "$a" in
-        -s|--silent|--ui=none|-q|--no-questions|-a|--accept-license|--no-opengl-files|--skip-module-load) ;;
-        --no-x-check|--no-nouveau-check|--disable-nouveau|--no-drm|--no-systemd) ;;
+        -s|--silent|--ui=none|-q|--no-questions|-a|--accept-license|--no-opengl-files) ;;
+        --skip-module-load|--skip-module-unload|--no-x-check|--no-nouveau-check|--disable-nouveau|--no-drm) ;;
+        --no-systemd) ;;
         --dkms) dkms=1;;
         --uninstall) uninstall=1;;
         -v|--version) echo "nvidia-installer:  version $VERSION"; exit 0;;
