@@ -100,7 +100,20 @@ def _kernel(packages: dict[str, str], running: str | None) -> dict[str, Any]:
     return _entry("headers installed for every installed kernel", installed, not missing, note)
 
 
-def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]) -> dict[str, Any]:
+def _runfile_driver(branch: str, version: str | None, runfile: str, installed: dict[str, Any]) -> dict[str, Any]:
+    """A driver NVIDIA's runfile installed (method runfile): no packages; ``runfile`` is the version its installer
+    recorded (/var/lib/nvidia/log)."""
+    problems = []
+    if runfile.partition(".")[0] != branch:
+        problems.append(f"the runfile driver {runfile} is not on branch {branch}")
+    if version and runfile != version:
+        problems.append(f"the runfile driver is {runfile}, not {version}")
+    desired = {"branch": branch, "version": version, "runfile": f"NVIDIA-Linux-x86_64-{version or branch + '.*'}.run"}
+    return _entry(desired, installed, not problems, "; ".join(problems) or f"installed from NVIDIA's runfile {runfile}")
+
+
+def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any], runfile: str | None = None,
+            ) -> dict[str, Any]:
     branch = _none(want.get("driver_branch"))
     branch = None if branch == "auto" else branch
     version = _none(want.get("driver_version"))
@@ -119,7 +132,9 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     loaded = _none(nvml.get("kernel_module_version"))
     package_version = _driver_set_version(packages)
     installed = {"packages": drivers, "nvml_driver_version": nvml_version,
-                 "kernel_module_version": nvml.get("kernel_module_version")}
+                 "kernel_module_version": nvml.get("kernel_module_version"), "runfile_version": runfile}
+    if branch and not drivers and runfile:
+        return _runfile_driver(branch, version, runfile, installed)
     desired = {"branch": branch or "auto", "version": version,
                "packages": [names["meta"], names["dkms"]] if branch else []}
     if branch and not drivers and _adopting(packages) and nvml_version and nvml_version.split(".")[0] == branch:
@@ -304,7 +319,7 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
              else _library("cudnn_version", r"^libcudnn\d+(-cuda-\d+)?$", want, packages))
     return {
         "kernel": _kernel(packages, have.get("kernel")),
-        "driver": _driver(want, packages, nvml),
+        "driver": _driver(want, packages, nvml, _none(str(have.get("runfile_version") or "").strip())),
         "fabric_manager": _fabric_manager(want, packages, nvml),
         "cuda": cuda,
         "cudnn": cudnn,

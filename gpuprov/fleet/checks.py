@@ -9,7 +9,9 @@ into the settings and recorded as :class:`~gpuprov.fleet.model.Resolution` with 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.hostcheck import HostCheck
@@ -56,7 +58,10 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
 
 #: Driver methods the nvidia_driver role carries out today; the others are refused here, before any host is
 #: touched, instead of by the role after bios_check, nouveau and hwe_kernel have run (issue 5 tracks them).
-IMPLEMENTED_METHODS = ("cuda-repo", "distro")
+IMPLEMENTED_METHODS = ("cuda-repo", "distro", "runfile")
+
+#: The file name NVIDIA gives its Linux x86_64 driver installer (download.nvidia.com/XFree86/Linux-x86_64/<v>/)
+_RUNFILE_NAME = re.compile(r"NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)(?:-[a-z-]+)?\.run$")
 
 
 def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
@@ -64,8 +69,8 @@ def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
     method = drv["method"]
     if method not in IMPLEMENTED_METHODS:
         ctx.fail(("driver", "method"), f"driver method {method} is not implemented yet",
-                 f"use method {' or '.join(IMPLEMENTED_METHODS)} (NVIDIA's CUDA repository or your mirror of it, "
-                 "or the distribution's own packages)")
+                 "use method cuda-repo (NVIDIA's CUDA repository or your mirror of it), distro (the distribution's "
+                 "own packages) or runfile (NVIDIA's .run installer from your mirror)")
     if method == "ubuntu-drivers" and m.os[os_name].family != "ubuntu":
         ctx.fail(("driver", "method"), f"ubuntu-drivers exists only on Ubuntu, not on {os_name}",
                  "use method cuda-repo (or distro)")
@@ -78,6 +83,21 @@ def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
         for key, fix in needs.items():
             if drv[key] is None:
                 ctx.fail(("driver", key), f"driver method runfile needs driver.{key}", fix, anchor=("driver", "method"))
+        _check_runfile_name(ctx, drv)
+
+
+def _check_runfile_name(ctx: HostCheck, drv: dict[str, Any]) -> None:
+    """A runfile URL named as NVIDIA names its installers must name driver.version: the role installs the file
+    and records driver.version as what it installed, so a mismatch would reinstall on every run. A URL from
+    ``{env: NAME}`` or under another name is not checked (its content is, by driver.runfile_sha256)."""
+    url, version = drv["runfile_url"], drv["version"]
+    if not isinstance(url, str) or version is None:
+        return
+    named = _RUNFILE_NAME.search(urlsplit(url).path)
+    if named is not None and named.group(1) != version:
+        ctx.fail(("driver", "runfile_url"), f"driver.runfile_url names driver {named.group(1)}, but driver.version is "
+                 f"{version}", f'set driver.version: "{named.group(1)}", or point runfile_url at '
+                 f"NVIDIA-Linux-x86_64-{version}.run")
 
 
 def _check_monitoring(ctx: HostCheck, s: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from gpuprov.fleet.types import (
     Branch,
     CudaVersion,
     DcgmExporterVersion,
+    DownloadUrlOrEnv,
     DriverVersion,
     FilePath,
     FindingId,
@@ -60,14 +61,18 @@ class Gpus(Strict):
 class Driver(Strict):
     """NVIDIA driver: ``branch`` ("580" or auto), exact ``version``, module ``flavour`` and install ``method``;
     ``allow_branch_change`` confirms replacing another installed branch or flavour (unhold, purge, install and
-    hold the new set; without it the role stops with the plan), rendered as ``gpuprov_driver_allow_branch_change``."""
+    hold the new set; without it the role stops with the plan), rendered as ``gpuprov_driver_allow_branch_change``.
+    Method runfile: NVIDIA's ``.run`` installer from ``runfile_url`` (http(s), file or ``{env: NAME}``), checked
+    against ``runfile_sha256`` before it runs; ``replace_packaged`` lets it purge a driver installed from packages
+    first (without it the role stops naming them)."""
 
     branch: Branch = "auto"
     version: DriverVersion | None = None
     flavour: Literal["auto", "open", "proprietary"] = "auto"
     method: Literal["cuda-repo", "distro", "ubuntu-drivers", "runfile"] = "cuda-repo"
-    runfile_url: UrlOrEnv | None = None
+    runfile_url: DownloadUrlOrEnv | None = None
     runfile_sha256: Sha256 | None = None
+    replace_packaged: bool = False
     allow_branch_change: bool = False
 
 

@@ -125,6 +125,29 @@ def _url_or_env(value: object) -> str | EnvRef:
     return check_url(value)
 
 
+def check_download_url(value: object) -> str:
+    """A URL a host downloads a file from: http(s) as :func:`check_url`, or ``file:///path`` (a file already
+    on the host, e.g. from a site share). A rejected URL is not quoted."""
+    text = require_str(value, "a URL", '"https://mirror.example.com/NVIDIA-Linux-x86_64-580.105.08.run"')
+    scheme = text.split(":", 1)[0].lower() if ":" in text else ""
+    if scheme == "file":
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise fail("not a file URL with an absolute path (the value is not shown)",
+                       "write file:///absolute/path/on/the/host")
+        return text
+    if scheme not in ("http", "https") and not _ENV_LIKE.match(text):
+        raise fail("not an http(s) or file URL (the value is not shown)",
+                   "write https://host[:port]/path, http://... or file:///absolute/path")
+    return check_url(text)
+
+
+def _download_url_or_env(value: object) -> str | EnvRef:
+    if isinstance(value, dict):
+        return _env_ref(value)
+    return check_download_url(value)
+
+
 def _check_port(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.isascii() and value.isdigit():
@@ -305,6 +328,8 @@ def _check_user(value: object) -> str:
 
 Url = Annotated[str, PlainValidator(check_url)]
 UrlOrEnv = Annotated[str | EnvRef, PlainValidator(_url_or_env)]
+#: http(s) or file URL, or {env: NAME} (a download the host fetches itself, as driver.runfile_url)
+DownloadUrlOrEnv = Annotated[str | EnvRef, PlainValidator(_download_url_or_env)]
 Secret = Annotated[EnvRef, PlainValidator(_secret)]
 Port = Annotated[int, PlainValidator(_check_port)]
 HostName = Annotated[str, PlainValidator(check_host_name)]

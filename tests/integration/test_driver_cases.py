@@ -28,6 +28,7 @@ import pytest
 
 from gpuprov.lab.standin import PackageSpec, build_repository
 from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages
+from gpuprov.lab.standin.runfile import build_runfile, runfile_name, sha256_of
 from gpuprov.lab.standin.unbranched import unbranched_driver_packages
 from gpuprov.runner import RunResult
 from tests.integration.kernel_lab import REPO_IN_CONTAINER, dkms_container, exec_ok, install_repository, run
@@ -312,3 +313,93 @@ def test_r595_open_converges_through_its_pinning_package(host: Host) -> None:
 
     again = _ok(host, host.play(**extra))
     assert again.hosts[host.name].changed == 0
+
+# --- Method runfile ---------------------------------------------------------------------------------------------
+# A container of its own: NVIDIA's runfile stand-in (gpuprov.lab.standin.runfile) at two versions of one branch,
+# served with the stand-in repository (which also carries a packaged 535 driver to be found in the way).
+RUN_OLD, RUN_NEW = "580.95.05", "580.105.08"
+
+
+class RunfileHost(Host):
+    """The runfile container: a :class:`Host` that also knows each runfile's URL and SHA-256 by version."""
+
+    runfiles: dict[str, tuple[str, str]]
+
+
+@pytest.fixture(scope="module")
+def runfile_host(tmp_path_factory: pytest.TempPathFactory, lab_images: dict[str, str]) -> Iterator[RunfileHost]:
+    tmp = tmp_path_factory.mktemp("runfile")
+    sums = {v: sha256_of(build_runfile(v, tmp / "repo")) for v in (RUN_OLD, RUN_NEW)}
+    with dkms_container(lab_images["debian12"], "runfile") as (container, kernel):
+        # the same serving code as the driver repository: the runfiles lie next to its packages
+        repo_vars = install_repository(container, driver_packages("535", V535, DEBIAN_REVISION, flavours=("",)),
+                                       tmp / "repo")
+        host = RunfileHost(container, kernel, {}, tmp / "state", tmp / "repo")
+        host.runfiles = {v: (f"{repo_vars['nvidia_driver_cuda_repo_url']}{runfile_name(v)}", s)
+                         for v, s in sums.items()}
+        yield host
+
+
+def _runfile_play(h: RunfileHost, version: str, check: bool = False, **extra: Any) -> RunResult:
+    url, sha = h.runfiles[version]
+    return h.play(check=check, **{"gpuprov_driver_branch": "580", "gpuprov_driver_method": "runfile",
+                                  "gpuprov_driver_version": version, "gpuprov_driver_runfile_url": url,
+                                  "gpuprov_driver_runfile_sha256": sha, **extra})
+
+
+def _runfile_state(h: RunfileHost) -> tuple[str, str]:
+    """The version nvidia-installer recorded and `dkms status` for the nvidia module."""
+    return h.sh("head -n1 /var/lib/nvidia/log 2>/dev/null || true").strip(), h.sh("dkms status nvidia").strip()
+
+
+def test_runfile_refuses_a_packaged_driver_then_replaces_it_when_allowed(runfile_host: RunfileHost) -> None:
+    h = runfile_host
+    h.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnvidia-compute-535 >/dev/null")
+    refused = _runfile_play(h, RUN_OLD)
+    assert refused.failed_hosts == [h.name]
+    message = h.failures(refused)
+    assert "libnvidia-compute-535" in message and "driver.replace_packaged: true" in message
+    assert h.versions() == {"libnvidia-compute-535": f"{V535}-1"}
+    assert _runfile_state(h) == ("", "")
+    h.sh("test ! -e /var/cache/gpuprov/nvidia-runfile")  # nothing downloaded
+
+    # check mode: the plan as a change, nothing downloaded, purged or installed
+    planned = _ok(h, _runfile_play(h, RUN_OLD, check=True, gpuprov_driver_replace_packaged="true"))
+    assert planned.hosts[h.name].changed > 0
+    assert h.versions() == {"libnvidia-compute-535": f"{V535}-1"} and _runfile_state(h) == ("", "")
+    h.sh("test ! -e /var/cache/gpuprov/nvidia-runfile")
+
+    first = _ok(h, _runfile_play(h, RUN_OLD, gpuprov_driver_replace_packaged="true"))
+    assert first.hosts[h.name].changed > 0
+    assert h.versions() == {}
+    recorded, status = _runfile_state(h)
+    assert recorded == RUN_OLD and f"nvidia/{RUN_OLD}, {h.kernel}, x86_64: installed" in status, status
+    h.sh(f"modinfo -k {h.kernel} -F version nvidia | grep -qx {RUN_OLD}")
+    h.sh(f"test -e /usr/lib/x86_64-linux-gnu/libnvidia-cfg.so.{RUN_OLD}")
+    # the installer got NVIDIA's flags: the module type from the flavour, the kernel the role treats as running
+    assert f"kernel module type: proprietary, for kernel {h.kernel}" in h.sh("cat /var/log/nvidia-installer.log")
+    cached = h.sh(f"sha256sum /var/cache/gpuprov/nvidia-runfile/{runfile_name(RUN_OLD)}").split()[0]
+    assert cached == h.runfiles[RUN_OLD][1]
+    h.sh("systemctl is-active nvidia-persistenced && systemctl is-enabled nvidia-persistenced")
+
+    again = _ok(h, _runfile_play(h, RUN_OLD))
+    assert again.hosts[h.name].changed == 0
+
+
+def test_runfile_version_change_uninstalls_then_installs(runfile_host: RunfileHost) -> None:
+    h = runfile_host
+    # a runfile whose content is not the checksum's fails before anything runs, without showing the URL
+    url, _ = h.runfiles[RUN_NEW]
+    bad = _runfile_play(h, RUN_NEW, gpuprov_driver_runfile_sha256="0" * 64)
+    assert bad.failed_hosts == [h.name]
+    message = h.failures(bad)
+    assert "Could not get NVIDIA-Linux-x86_64-580.105.08.run" in message and url not in message
+    assert _runfile_state(h)[0] == RUN_OLD
+
+    changed = _ok(h, _runfile_play(h, RUN_NEW))
+    assert changed.hosts[h.name].changed > 0
+    recorded, status = _runfile_state(h)
+    assert recorded == RUN_NEW and RUN_OLD not in status and f"nvidia/{RUN_NEW}" in status, status
+    h.sh(f"test ! -e /usr/lib/x86_64-linux-gnu/libnvidia-cfg.so.{RUN_OLD} && test ! -e /usr/src/nvidia-{RUN_OLD}")
+    h.sh(f"modinfo -k {h.kernel} -F version nvidia | grep -qx {RUN_NEW}")
+    h.sh("systemctl is-active nvidia-persistenced")

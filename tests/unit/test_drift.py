@@ -342,3 +342,19 @@ def test_runfile_and_archive_are_compared_with_the_roles_records(nvml: dict[str,
     assert absent["cudnn"]["note"] == "no gpuprov-cudnn.json next to the toolkit: not installed from the file"
     # the package rule still applies to a package host: the same packages-free host is drift there
     assert not drift.compare(_fact(nvml, installed__packages=no_packages))["cuda"]["in_sync"]
+
+def test_a_runfile_driver_is_read_from_the_installers_record(nvml: dict[str, Any]) -> None:
+    """Method runfile: no driver package; the version nvidia-installer recorded decides."""
+    packages = "linux-image-6.8.0-60-generic\tamd64\t6.8.0-60.63\tinstall ok installed"
+    at = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version="580.159.04\n"))
+    assert at["driver"]["in_sync"] and at["driver"]["note"] == "installed from NVIDIA's runfile 580.159.04"
+    assert at["driver"]["desired"]["runfile"] == "NVIDIA-Linux-x86_64-580.159.04.run"
+    older = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version="580.95.05"))
+    assert not older["driver"]["in_sync"]
+    assert older["driver"]["note"] == "the runfile driver is 580.95.05, not 580.159.04"
+    other = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version="570.1.2",
+                                desired__driver_version=None))
+    assert other["driver"]["note"] == "the runfile driver 570.1.2 is not on branch 580"
+    # no record: the package rules decide, as before
+    none = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version=""))
+    assert none["driver"]["installed"]["runfile_version"] is None and "runfile" not in none["driver"]["note"]

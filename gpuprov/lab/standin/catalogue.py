@@ -41,14 +41,20 @@ CLEAN="true"
 AUTOINSTALL=yes
 """
 
+#: Registers /usr/src/nvidia-{version} with DKMS once (the driver packages' postinst and the stand-in runfile's
+#: nvidia-installer --dkms both run it).
+DKMS_ADD = """\
+    if ! dkms status -m nvidia -v {version} | grep -q .; then
+        dkms add -m nvidia -v {version}
+    fi
+"""
+
 DKMS_POSTINST = """\
 # As dh_dkms does: add the source to DKMS, then build and install for each installed kernel that has
 # headers. A kernel without headers is skipped with a message and the package still installs (exit 0):
 # this is exactly how real hosts end up without a module (their headers are for another kernel).
 if [ "$1" = configure ]; then
-    if ! dkms status -m nvidia -v {version} | grep -q .; then
-        dkms add -m nvidia -v {version}
-    fi
+""" + DKMS_ADD + """\
     for vmlinuz in /boot/vmlinuz-*; do
         [ -e "$vmlinuz" ] || continue
         k=${{vmlinuz#/boot/vmlinuz-}}
@@ -69,6 +75,13 @@ fi
 """
 
 
+def dkms_source(version: str) -> dict[str, str]:
+    """The DKMS source tree of the stand-in ``nvidia`` module at ``version``: file name -> text (dkms.conf,
+    Makefile, nvidia.c), as /usr/src/nvidia-<version>/ holds it."""
+    return {"dkms.conf": DKMS_CONF.format(version=version), "Makefile": "obj-m := nvidia.o\n",
+            "nvidia.c": MODULE_C.format(version=version)}
+
+
 def nvidia_dkms(branch: str, version: str, package_version: str | None = None, name: str | None = None) -> PackageSpec:
     """``nvidia-dkms-<branch>`` with a real, tiny DKMS module source under /usr/src/nvidia-<version>.
 
@@ -77,6 +90,7 @@ def nvidia_dkms(branch: str, version: str, package_version: str | None = None, n
     """
     src = f"/usr/src/nvidia-{version}"
     fmt = {"version": version, "branch": branch}
+    source = dkms_source(version)
     return PackageSpec(
         name=name or f"nvidia-dkms-{branch}",
         version=package_version or f"{version}{UBUNTU_REVISION}",
@@ -84,11 +98,7 @@ def nvidia_dkms(branch: str, version: str, package_version: str | None = None, n
         provides=("nvidia-dkms-kernel",),
         conflicts=("nvidia-dkms-kernel",),
         description=f"gpuprov stand-in NVIDIA {branch} DKMS module\nBuilds a hello-world module named nvidia.",
-        files={
-            f"{src}/dkms.conf": FileSpec(DKMS_CONF.format(**fmt)),
-            f"{src}/Makefile": FileSpec("obj-m := nvidia.o\n"),
-            f"{src}/nvidia.c": FileSpec(MODULE_C.format(**fmt)),
-        },
+        files={f"{src}/{name}": FileSpec(text) for name, text in source.items()},
         scripts={"postinst": DKMS_POSTINST.format(**fmt), "prerm": DKMS_PRERM.format(**fmt)},
     )
 

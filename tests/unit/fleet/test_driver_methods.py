@@ -1,5 +1,6 @@
-"""Which driver methods `gpuprov validate` lets through: cuda-repo and distro are implemented by the
-nvidia_driver role; ubuntu-drivers and runfile are refused before any host is touched (issue 5)."""
+"""Which driver methods `gpuprov validate` lets through: cuda-repo, distro and runfile are implemented by the
+nvidia_driver role; ubuntu-drivers is refused before any host is touched (issue 5). Method runfile's own fields
+(URL, SHA-256, version) are checked here too."""
 
 from __future__ import annotations
 
@@ -12,16 +13,25 @@ from gpuprov.fleet import Fleet
 from gpuprov.fleet.checks import IMPLEMENTED_METHODS
 from gpuprov.fleet.loader import load_text
 from gpuprov.fleet.validate import validate_loaded
+from gpuprov.rolevars import with_role_variables
+
+SHA = "a" * 64
 
 
-def _validate(os_name: str, driver: str) -> Fleet:
-    text = (f"version: 1\nsettings:\n  os: {os_name}\n  gpus: {{model: L40S, count: 4}}\n"
+def _validate(os_name: str, driver: str, gpus: str = "{model: L40S, count: 4}") -> Fleet:
+    text = (f"version: 1\nsettings:\n  os: {os_name}\n  gpus: {gpus}\n"
             f"  driver: {driver}\nhosts:\n  gpu01: {{address: 10.0.0.11}}\n")
     return validate_loaded(load_text(text, "m.yml"), Path("m.yml"))
 
 
-def test_distro_is_implemented_and_ubuntu_drivers_runfile_are_not() -> None:
-    assert IMPLEMENTED_METHODS == ("cuda-repo", "distro")
+def _problems(driver: str, os_name: str = "ubuntu2204", gpus: str = "{model: L40S, count: 4}") -> dict[str, str]:
+    with pytest.raises(FleetValidationError) as info:
+        _validate(os_name, driver, gpus)
+    return {p.path: str(p) for p in info.value.problems}
+
+
+def test_implemented_methods() -> None:
+    assert IMPLEMENTED_METHODS == ("cuda-repo", "distro", "runfile")
 
 
 def test_distro_on_debian12_at_debians_branch_validates() -> None:
@@ -30,13 +40,73 @@ def test_distro_on_debian12_at_debians_branch_validates() -> None:
     assert settings["driver"]["method"] == "distro" and settings["driver"]["branch"] == "535"
 
 
-@pytest.mark.parametrize(("os_name", "driver"), [
-    ("ubuntu2204", "{method: ubuntu-drivers}"),
-    ("ubuntu2204", '{method: runfile, version: "580.95.05", runfile_url: "https://m.example.com/d.run", '
-                   "runfile_sha256: " + "a" * 64 + "}"),
+def test_ubuntu_drivers_is_refused_naming_the_implemented_methods() -> None:
+    message = _problems("{method: ubuntu-drivers}")["settings.driver.method"]
+    assert "is not implemented yet" in message
+    assert "cuda-repo" in message and "distro" in message and "runfile" in message
+
+
+@pytest.mark.parametrize("url", [
+    "https://mirror.example.com/nvidia/NVIDIA-Linux-x86_64-580.105.08.run",
+    "http://10.0.0.5:8080/driver.run",
+    "file:///srv/nvidia/NVIDIA-Linux-x86_64-580.105.08.run",
 ])
-def test_unimplemented_method_is_refused_naming_the_implemented_ones(os_name: str, driver: str) -> None:
-    with pytest.raises(FleetValidationError) as info:
-        _validate(os_name, driver)
-    messages = [str(p) for p in info.value.problems if p.path == "settings.driver.method"]
-    assert any("is not implemented yet" in m and "cuda-repo or distro" in m for m in messages), messages
+def test_runfile_validates_and_reaches_the_role(url: str) -> None:
+    fleet = _validate("ubuntu2204", f'{{method: runfile, version: "580.105.08", runfile_url: "{url}", '
+                                    f"runfile_sha256: {SHA.upper()}, replace_packaged: true}}")
+    drv = fleet.hosts["gpu01"].settings["driver"]
+    assert drv["branch"] == "580" and drv["runfile_sha256"] == SHA
+    role = with_role_variables({"gpuprov_driver_runfile_url": url, "gpuprov_driver_runfile_sha256": SHA,
+                                "gpuprov_driver_replace_packaged": True, "gpuprov_driver_version": "580.105.08"})
+    assert role["nvidia_driver_runfile_url"] == url and role["nvidia_driver_runfile_sha256"] == SHA
+    assert role["nvidia_driver_replace_packaged"] is True and role["nvidia_driver_package_version"] == "580.105.08"
+
+
+def test_runfile_url_from_the_environment_validates() -> None:
+    fleet = _validate("ubuntu2204", '{method: runfile, version: "580.105.08", runfile_url: {env: RUNFILE_URL}, '
+                                    f"runfile_sha256: {SHA}}}")
+    assert fleet.hosts["gpu01"].settings["driver"]["method"] == "runfile"
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("ftp://mirror.example.com/d.run", "not an http(s) or file URL"),
+    ("https://user:secret@mirror.example.com/d.run", "credentials"),
+    ("file://server/share/d.run", "absolute path"),
+    ("$RUNFILE_URL", "does not expand"),
+])
+def test_bad_runfile_url_names_the_field_and_hides_the_value(url: str, words: str) -> None:
+    message = _problems(f'{{method: runfile, version: "580.105.08", runfile_url: "{url}", runfile_sha256: {SHA}}}')[
+        "settings.driver.runfile_url"]
+    assert words in message
+    assert "secret" not in message and "server" not in message
+
+
+def test_runfile_sha256_must_be_64_hex_digits() -> None:
+    problems = _problems('{method: runfile, version: "580.105.08", runfile_url: "https://m.example.com/d.run", '
+                         "runfile_sha256: " + "g" * 64 + "}")
+    assert "not a SHA-256 checksum" in problems["settings.driver.runfile_sha256"]
+
+
+def test_runfile_needs_version_url_and_sha256() -> None:
+    problems = _problems("{method: runfile}")
+    for key in ("version", "runfile_url", "runfile_sha256"):
+        assert f"driver method runfile needs driver.{key}" in problems[f"settings.driver.{key}"]
+
+
+def test_runfile_version_must_match_the_branch() -> None:
+    problems = _problems('{method: runfile, branch: "570", version: "580.105.08", '
+                         f'runfile_url: "https://m.example.com/d.run", runfile_sha256: {SHA}}}')
+    assert "driver version 580.105.08 is not on branch 570" in problems["settings.driver.version"]
+
+
+def test_runfile_name_must_match_the_version() -> None:
+    problems = _problems('{method: runfile, version: "580.95.05", runfile_url: '
+                         f'"https://m.example.com/NVIDIA-Linux-x86_64-580.105.08.run", runfile_sha256: {SHA}}}')
+    message = problems["settings.driver.runfile_url"]
+    assert "names driver 580.105.08, but driver.version is 580.95.05" in message
+
+
+def test_runfile_on_an_nvswitch_system_is_refused_for_fabric_manager() -> None:
+    problems = _problems('{method: runfile, version: "580.105.08", runfile_url: "https://m.example.com/d.run", '
+                         f"runfile_sha256: {SHA}}}", gpus="{model: H100-SXM5-80GB, count: 8, nvswitch: true}")
+    assert "method runfile cannot install" in problems["settings.driver.method"]
