@@ -1,0 +1,111 @@
+"""module_utils/cdi.py (when the CDI specification is stale) and the stand-in nvidia-ctk's spec writer and
+``cdi list`` reader (gpuprov/lab/standin/ctk_cdi.py), without NVML: the stand-in's YAML is read back by PyYAML,
+and its listing by the parser the cdi_spec module uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible_collections.gpuprov.gpu.plugins.module_utils import cdi
+
+from gpuprov.lab.standin import ctk_cdi
+
+UUID0 = "GPU-00000000-0000-4000-8000-0000000a1000"
+UUID1 = "GPU-00000000-0000-4000-8000-0000000a1001"
+# what nvidia-ctk 1.17 prints for `cdi list` (the log line on stderr, the names on stdout)
+LISTING = f"""\
+INFO[0000] Found 6 CDI devices
+nvidia.com/gpu=0
+nvidia.com/gpu=0:0
+nvidia.com/gpu={UUID0}
+nvidia.com/gpu=MIG-4b1a6f52-8e12-5c4f-9e0d-3c7d1b2a9f10
+nvidia.com/gpu=all
+example.com/net=eth0
+"""
+
+
+def current(names: list[str], driver: str = "535.183.01", toolkit: str = "1.17.8") -> dict[str, Any]:
+    return {"driver_version": driver, "toolkit_version": toolkit, "devices": names,
+            "fingerprint": cdi.fingerprint(driver, toolkit, names)}
+
+
+def test_parse_cdi_list_keeps_nvidia_gpu_names_only() -> None:
+    assert cdi.parse_cdi_list(LISTING) == ["0", "0:0", UUID0, "MIG-4b1a6f52-8e12-5c4f-9e0d-3c7d1b2a9f10", "all"]
+    assert cdi.parse_cdi_list("INFO[0000] Found 0 CDI devices\n") == []
+
+
+def test_toolkit_version_from_the_cli_banner() -> None:
+    assert cdi.toolkit_version("NVIDIA Container Toolkit CLI version 1.17.8\ncommit: 3ae4bbe\n") == "1.17.8"
+    assert cdi.toolkit_version("nvidia-ctk: command not found") is None
+
+
+def test_expected_names_per_gpu_and_mig_device() -> None:
+    gpus = [{"index": 0, "uuid": UUID0, "mig_devices": 2}, {"index": 1, "uuid": UUID1, "mig_devices": 0}]
+    assert cdi.expected_names(gpus) == ["0", "0:0", "0:1", "1", UUID0, UUID1, "all"]
+    assert cdi.expected_names([]) == ["all"]
+
+
+def test_mig_uuid_names_are_not_compared() -> None:
+    assert cdi.compared(cdi.parse_cdi_list(LISTING)) == ["0", "0:0", UUID0, "all"]
+
+
+def test_fingerprint_changes_with_driver_toolkit_and_devices() -> None:
+    base = cdi.fingerprint("535.183.01", "1.17.8", ["0", "all"])
+    assert base == cdi.fingerprint("535.183.01", "1.17.8", ["all", "0"])  # order does not matter
+    assert len({base, cdi.fingerprint("550.54.15", "1.17.8", ["0", "all"]),
+                cdi.fingerprint("535.183.01", "1.18.0", ["0", "all"]),
+                cdi.fingerprint("535.183.01", "1.17.8", ["0", "0:0", "all"])}) == 4
+
+
+def test_stale_reasons() -> None:
+    names = ["0", "0:0", UUID0, "all"]
+    now = current(names)
+    assert cdi.stale_reason(now, None, None) == "there is no CDI specification yet"
+    listed = cdi.parse_cdi_list(LISTING)
+    assert cdi.stale_reason(now, listed, dict(now)) == ""
+    assert "gpuprov did not write it" in cdi.stale_reason(now, listed, None)
+    # a MIG layout change: the spec still lists the old MIG devices
+    relaid = current(["0", "0:0", "0:1", UUID0, "all"])
+    assert cdi.stale_reason(relaid, listed, dict(now)) == (
+        "the specification's devices differ from NVML's (missing: 0:1; no longer present: none)")
+    upgraded = current(names, driver="550.54.15")
+    assert cdi.stale_reason(upgraded, listed, dict(now)) == (
+        "the driver changed from 535.183.01 to 550.54.15 since the specification was generated")
+    toolkit = current(names, toolkit="1.18.0")
+    assert "NVIDIA Container Toolkit changed from 1.17.8 to 1.18.0" in cdi.stale_reason(toolkit, listed, dict(now))
+
+
+def spec(mig: int) -> dict[str, Any]:
+    devices = [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+               {"name": UUID0, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]
+    devices += [{"name": f"0:{i}", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}} for i in range(mig)]
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}})
+    return {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices,
+            "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                               "deviceNodes": [{"path": "/dev/nvidiactl"}],
+                               "mounts": [{"hostPath": "/usr/lib/libnvidia-ml.so.1", "options": ["ro", "bind"]}]}}
+
+
+def test_stand_in_yaml_is_the_spec_and_lists_back(tmp_path: Path) -> None:
+    written = spec(mig=2)
+    path = tmp_path / "nvidia.yaml"
+    path.write_text("---\n" + "\n".join(ctk_cdi.to_yaml(written)) + "\n", encoding="utf-8")
+    assert yaml.safe_load(path.read_text(encoding="utf-8")) == written
+    listed = ctk_cdi.device_names(str(path))
+    assert listed == ["nvidia.com/gpu=0", f"nvidia.com/gpu={UUID0}", "nvidia.com/gpu=0:0", "nvidia.com/gpu=0:1",
+                      "nvidia.com/gpu=all"]
+    assert cdi.parse_cdi_list("\n".join(listed)) == ["0", UUID0, "0:0", "0:1", "all"]
+
+
+def test_stand_in_list_reads_json_specs_and_spec_dirs(tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    (tmp_path / "nvidia.json").write_text(json.dumps(spec(mig=0)), encoding="utf-8")
+    (tmp_path / "notes.txt").write_text("not a spec\n", encoding="utf-8")
+    assert ctk_cdi.main(["cdi", "list", f"--spec-dir={tmp_path}"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["nvidia.com/gpu=0", f"nvidia.com/gpu={UUID0}", "nvidia.com/gpu=all"]
+    assert "Found 3 CDI devices" in err
+    assert ctk_cdi.main(["cdi", "transform"]) == 2
