@@ -35,6 +35,12 @@ _COMPARED = re.compile(r"^(all|\d+|\d+:\d+|GPU-[0-9A-Za-z-]+)$")
 _TOOLKIT_VERSION = re.compile(r"version\s+v?(\d+\.\d+\.\d+\S*)", re.I)
 
 
+#: First releases whose configuration has a CDI switch: Docker 25.0 (daemon.json features.cdi) and
+#: containerd 1.7.0 (the CRI plugin's enable_cdi); from Docker's and containerd's release notes.
+CDI_MIN_VERSIONS = {"docker": (25, 0), "containerd": (1, 7)}
+_ENGINE_VERSION = re.compile(r"(?:version|containerd\S*)\s+v?(\d+)\.(\d+)(?:\.\d+)?")
+
+
 class CdiError(Exception):
     """NVML could not be read; the message names the NVML error."""
 
@@ -55,6 +61,20 @@ def toolkit_version(text: str) -> str | None:
     None when no version is found."""
     match = _TOOLKIT_VERSION.search(text)
     return match.group(1) if match else None
+
+
+def engine_cdi_state(engine: str, version_output: str, rc: int = 0) -> str:
+    """``"enabled"`` when ``engine`` (``docker`` or ``containerd``) is new enough for CDI according to its
+    ``dockerd --version`` / ``containerd --version`` output, else why not (one sentence naming the version)."""
+    floor = CDI_MIN_VERSIONS[engine]
+    match = _ENGINE_VERSION.search(version_output) if rc == 0 else None
+    if not match:
+        return "%s --version gave no version (%s)" % (
+            "dockerd" if engine == "docker" else engine, version_output.strip()[-200:] or "rc %s" % rc)
+    found = (int(match.group(1)), int(match.group(2)))
+    if found < floor:
+        return "%s %d.%d has no CDI support (%d.%d or later)" % (engine, found[0], found[1], floor[0], floor[1])
+    return "enabled"
 
 
 def expected_names(gpus: list[dict[str, Any]]) -> list[str]:
