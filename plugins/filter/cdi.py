@@ -24,7 +24,8 @@ def cdi_engine_states(results: Any) -> dict[str, str]:
     for result in results or []:
         program = result.get("item") if isinstance(result, dict) else None
         if program not in PROGRAMS:
-            raise AnsibleFilterError(f"cdi_engine_states: expected results of dockerd/containerd --version, got {program!r}")
+            raise AnsibleFilterError(
+                f"cdi_engine_states: expected results of dockerd/containerd --version, got {program!r}")
         engine = PROGRAMS[program]
         output = "{}\n{}".format(result.get("stdout", ""), result.get("stderr", "") or result.get("msg", ""))
         states[engine] = engine_cdi_state(engine, output, int(result.get("rc", 1)))

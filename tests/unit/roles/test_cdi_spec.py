@@ -109,3 +109,31 @@ def test_stand_in_list_reads_json_specs_and_spec_dirs(tmp_path: Path, capsys: An
     assert out.splitlines() == ["nvidia.com/gpu=0", f"nvidia.com/gpu={UUID0}", "nvidia.com/gpu=all"]
     assert "Found 3 CDI devices" in err
     assert ctk_cdi.main(["cdi", "transform"]) == 2
+
+
+def test_engine_cdi_state_from_the_version_banners() -> None:
+    assert cdi.engine_cdi_state("docker", "Docker version 27.5.1, build 9f9e405") == "enabled"
+    assert cdi.engine_cdi_state("docker", "Docker version 25.0.0, build e758fe5") == "enabled"
+    assert cdi.engine_cdi_state("docker", "Docker version 20.10.24+dfsg1, build 297e128") == (
+        "docker 20.10 has no CDI support (25.0 or later)")
+    debian = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1"
+    assert cdi.engine_cdi_state("containerd", debian) == "containerd 1.6 has no CDI support (1.7 or later)"
+    assert cdi.engine_cdi_state("containerd", "containerd containerd.io 1.7.27 05044ec0a9a7") == "enabled"
+    assert cdi.engine_cdi_state("containerd", "containerd github.com/containerd/containerd/v2 v2.0.5 fb4c30d") == (
+        "enabled")
+    assert cdi.engine_cdi_state("docker", "", rc=2) == "dockerd --version gave no version (rc 2)"
+
+
+def test_cdi_engine_states_filter() -> None:
+    import pytest
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpuprov.gpu.plugins.filter.cdi import cdi_engine_states
+
+    results = [{"item": "dockerd", "rc": 0, "stdout": "Docker version 26.1.3, build b72abbb", "stderr": ""},
+               {"item": "containerd", "rc": 2, "stdout": "", "msg": "[Errno 2] No such file or directory"}]
+    assert cdi_engine_states(results) == {
+        "docker": "enabled",
+        "containerd": "containerd --version gave no version ([Errno 2] No such file or directory)"}
+    assert cdi_engine_states([]) == {}
+    with pytest.raises(AnsibleFilterError, match="got 'podman'"):
+        cdi_engine_states([{"item": "podman", "rc": 0}])

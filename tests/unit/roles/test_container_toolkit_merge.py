@@ -195,12 +195,13 @@ def test_containerd_drift_after_installer_rewrite_is_detected_and_repaired(merge
 
 def test_docker_cdi_feature_and_spec_dirs(merge: ModuleType) -> None:
     """CDI on: features.cdi is set beside the admin's keys; Docker's default spec dirs are not written out."""
-    text, _, updated, _ = merge.merge_docker(json.dumps(ADMIN_DAEMON), params(cdi_spec_dirs=["/etc/cdi", "/var/run/cdi"]))
+    dirs = ["/etc/cdi", "/var/run/cdi"]
+    text, _, updated, _ = merge.merge_docker(json.dumps(ADMIN_DAEMON), params(cdi_spec_dirs=dirs))
     after = json.loads(text)
     assert after["features"] == {"cdi": True}
     assert "cdi-spec-dirs" not in after
     assert updated == ["runtimes.nvidia.path", "runtimes.nvidia.args", "features.cdi"]
-    again, _, updated, _ = merge.merge_docker(text, params(cdi_spec_dirs=["/etc/cdi", "/var/run/cdi"]))
+    again, _, updated, _ = merge.merge_docker(text, params(cdi_spec_dirs=dirs))
     assert (again, updated) == (text, [])
     other, _, updated, _ = merge.merge_docker(text, params(cdi_spec_dirs=["/srv/cdi"]))
     assert json.loads(other)["cdi-spec-dirs"] == ["/srv/cdi"]
@@ -219,7 +220,7 @@ def test_containerd_cdi_in_the_cri_plugin(merge: ModuleType) -> None:
     assert "# kubelet uses the systemd cgroup driver" in text
     again, _, updated, _ = merge.merge_containerd(text, params(cdi_spec_dirs=dirs))
     assert (again, updated) == (text, [])
-    v3, data, _, _ = merge.merge_containerd("version = 3\n", params(cdi_spec_dirs=dirs))
+    _, data, _, _ = merge.merge_containerd("version = 3\n", params(cdi_spec_dirs=dirs))
     assert data["plugins"]["io.containerd.cri.v1.runtime"]["enable_cdi"] is True
 
 
