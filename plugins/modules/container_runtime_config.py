@@ -23,10 +23,10 @@ description:
     copies options the C(runc) runtime has and ours lacks (e.g. C(SystemdCgroup)), as nvidia-ctk does,
     and with O(set_as_default) sets C(containerd.default_runtime_name). An empty or absent file gets
     C(version = 2). A non-empty file without C(version) (schema 1) is refused.
-  - With O(cdi_spec_dirs) not empty, the engine's Container Device Interface support is switched on: V(docker)
+  - With O(cdi_spec_dirs) not empty, the engine's Container Device Interface support is switched on. V(docker)
     sets C(features.cdi = true) (Docker 25 and later; C(cdi-spec-dirs) too when the list differs from Docker's
     default), V(containerd) sets the CRI plugin's C(enable_cdi = true) and C(cdi_spec_dirs) (containerd 1.7 and
-    later). The caller checks the engine's version: older engines do not know the keys.
+    later). The caller checks the engine's version, as older engines do not know the keys.
   - V(toml) sets the O(settings) key paths in any TOML file (the toolkit's
     C(/etc/nvidia-container-runtime/config.toml)).
   - TOML is read and written with tomlkit (Debian/Ubuntu package python3-tomlkit), which keeps comments,
