@@ -8,8 +8,9 @@ regenerate the spec from). A spec is current when
 
 * it exists and ``nvidia-ctk cdi list`` names exactly the devices NVML implies (:func:`expected_names`): each
   GPU by index (``0``) and by UUID (``GPU-...``), each MIG device as ``<gpu index>:<MIG index>`` (one per compute
-  instance), and ``all``. MIG UUID names (``MIG-...``), which nvidia-ctk also writes, are not compared: NVML
-  gives them only through MIG device handles;
+  instance), each MIG device by UUID (``MIG-...``) where NVML gives MIG device handles (real drivers do; the lab's
+  mock NVML does not, and then MIG UUID names are not compared), and ``all``. MIG UUIDs change whenever the
+  instances are re-created (after every reboot), so they are what goes stale first;
 * and the fingerprint recorded at the last generation (:func:`fingerprint`: driver version as NVML reports it,
   toolkit version as ``nvidia-ctk --version`` prints it, the expected names) equals the current one. A driver
   or toolkit change leaves the device names alone but changes the libraries and hooks the spec mounts.
@@ -32,6 +33,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.mig import Gpu
 KIND = "nvidia.com/gpu"
 _LISTED = re.compile(r"^" + re.escape(KIND) + r"=(\S+)\s*$")
 _COMPARED = re.compile(r"^(all|\d+|\d+:\d+|GPU-[0-9A-Za-z-]+)$")
+_MIG_UUID = re.compile(r"^MIG-[0-9A-Za-z/-]+$")
 _TOOLKIT_VERSION = re.compile(r"version\s+v?(\d+\.\d+\.\d+\S*)", re.I)
 
 
@@ -78,18 +80,20 @@ def engine_cdi_state(engine: str, version_output: str, rc: int = 0) -> str:
 
 
 def expected_names(gpus: list[dict[str, Any]]) -> list[str]:
-    """The compared device names for ``gpus`` (``[{"index": int, "uuid": str, "mig_devices": int}, ...]``),
-    sorted, ``all`` included."""
+    """The compared device names for ``gpus`` (``[{"index": int, "uuid": str, "mig_devices": int,
+    "mig_uuids": [str, ...] or None}, ...]``; ``mig_uuids`` optional), sorted, ``all`` included."""
     names = {"all"}
     for gpu in gpus:
         names.update((str(gpu["index"]), str(gpu["uuid"])))
         names.update("%d:%d" % (gpu["index"], mig) for mig in range(int(gpu["mig_devices"])))
+        names.update(gpu.get("mig_uuids") or [])
     return sorted(names)
 
 
-def compared(names: list[str]) -> list[str]:
-    """The names of ``names`` that :func:`expected_names` can predict (MIG UUID names dropped), sorted."""
-    return sorted({name for name in names if _COMPARED.match(name)})
+def compared(names: list[str], mig_uuids: bool = False) -> list[str]:
+    """The names of ``names`` that :func:`expected_names` can predict, sorted: MIG UUID names only with
+    ``mig_uuids`` (NVML gave them)."""
+    return sorted({name for name in names if _COMPARED.match(name) or (mig_uuids and _MIG_UUID.match(name))})
 
 
 def fingerprint(driver_version: str, toolkit: str, names: list[str]) -> str:
@@ -108,7 +112,7 @@ def stale_reason(current: dict[str, Any], listed: list[str] | None, record: dict
     """
     if listed is None:
         return "there is no CDI specification yet"
-    have = compared(listed)
+    have = compared(listed, any(_MIG_UUID.match(name) for name in current["devices"]))
     if have != current["devices"]:
         missing = sorted(set(current["devices"]) - set(have))
         stale = sorted(set(have) - set(current["devices"]))
@@ -125,9 +129,29 @@ def stale_reason(current: dict[str, Any], listed: list[str] | None, record: dict
     return ""
 
 
+def _mig_uuids(nv: Any, handle: Any, count: int) -> list[str] | None:
+    """UUIDs of a GPU's ``count`` MIG devices through MIG device handles; None where NVML gives none (a driver
+    or library without MIG device handles, the lab's mock) or not all of them."""
+    not_found = getattr(nv, "NVML_ERROR_NOT_FOUND", 6)
+    uuids = []
+    try:
+        for slot in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) == not_found:
+                    continue
+                return None
+            uuid = nv.nvmlDeviceGetUUID(mig)
+            uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+    except nv.NVMLError:
+        return None
+    return uuids if len(uuids) == count else None
+
+
 def nvml_state(nv: Any) -> dict[str, Any]:
-    """``{"driver_version": str, "gpus": [{"index", "uuid", "mig_devices"}, ...]}`` read through pynvml ``nv``
-    (initialised and shut down here). MIG devices are the compute instances of each GPU in MIG mode.
+    """``{"driver_version": str, "gpus": [{"index", "uuid", "mig_devices", "mig_uuids"}, ...]}`` read through
+    pynvml ``nv`` (initialised and shut down here). MIG devices are the compute instances of each GPU in MIG mode.
 
     Raises:
         CdiError: NVML cannot be initialised (driver not loaded, driver/library version mismatch after an
@@ -143,7 +167,8 @@ def nvml_state(nv: Any) -> dict[str, Any]:
         for index in range(int(nv.nvmlDeviceGetCount())):
             gpu = Gpu(nv, index)
             mig = sum(len(gpu.compute_instances(gi)) for gis in gpu.instances().values() for gi in gis)
-            gpus.append({"index": index, "uuid": gpu.uuid, "mig_devices": mig})
+            gpus.append({"index": index, "uuid": gpu.uuid, "mig_devices": mig,
+                         "mig_uuids": _mig_uuids(nv, gpu.handle, mig) if mig else None})
         return {"driver_version": driver.decode() if isinstance(driver, bytes) else str(driver), "gpus": gpus}
     except nv.NVMLError as exc:
         raise CdiError("an NVML query failed (%s)" % exc) from exc

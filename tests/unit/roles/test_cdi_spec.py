@@ -47,8 +47,51 @@ def test_expected_names_per_gpu_and_mig_device() -> None:
     assert cdi.expected_names([]) == ["all"]
 
 
-def test_mig_uuid_names_are_not_compared() -> None:
+MIG0 = "MIG-4b1a6f52-8e12-5c4f-9e0d-3c7d1b2a9f10"
+
+
+def test_mig_uuid_names_compared_only_where_nvml_gives_them() -> None:
     assert cdi.compared(cdi.parse_cdi_list(LISTING)) == ["0", "0:0", UUID0, "all"]
+    assert cdi.compared(cdi.parse_cdi_list(LISTING), mig_uuids=True) == ["0", "0:0", UUID0, MIG0, "all"]
+    listed = cdi.parse_cdi_list(LISTING)
+    # the spec from before a reboot names the MIG device's old UUID: stale although the index names match
+    rebooted = current(cdi.expected_names([{"index": 0, "uuid": UUID0, "mig_devices": 1,
+                                           "mig_uuids": ["MIG-0d4a1f3e-0000-5c4f-9e0d-3c7d1b2a9f10"]}]))
+    assert "no longer present: " + MIG0 in cdi.stale_reason(rebooted, listed, dict(rebooted))
+    same = current(cdi.expected_names([{"index": 0, "uuid": UUID0, "mig_devices": 1, "mig_uuids": [MIG0]}]))
+    assert cdi.stale_reason(same, listed, dict(same)) == ""
+    unknown = current(cdi.expected_names([{"index": 0, "uuid": UUID0, "mig_devices": 1, "mig_uuids": None}]))
+    assert cdi.stale_reason(unknown, listed, dict(unknown)) == ""
+
+
+class FakeNvml:
+    """pynvml's MIG device handle calls for one GPU with two MIG devices in slots 0 and 2."""
+
+    NVML_ERROR_NOT_FOUND = 6
+
+    class NVMLError(Exception):
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: str) -> int:
+        return 3
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: str, slot: int) -> str:
+        if slot == 1:
+            raise self.NVMLError(6)
+        if handle == "old-driver":
+            raise self.NVMLError(3)  # NOT_SUPPORTED
+        return f"mig{slot}"
+
+    def nvmlDeviceGetUUID(self, handle: str) -> bytes:
+        return f"MIG-{handle}".encode()
+
+
+def test_mig_uuids_through_mig_device_handles() -> None:
+    nv = FakeNvml()
+    assert cdi._mig_uuids(nv, "gpu0", 2) == ["MIG-mig0", "MIG-mig2"]
+    assert cdi._mig_uuids(nv, "gpu0", 3) is None  # not all of them: not compared
+    assert cdi._mig_uuids(nv, "old-driver", 2) is None
 
 
 def test_fingerprint_changes_with_driver_toolkit_and_devices() -> None:
