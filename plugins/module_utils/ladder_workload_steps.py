@@ -2,7 +2,8 @@
 # Apache-2.0
 """The verification ladder's rungs that run work on the GPUs: a CUDA sample built with nvcc, peer-to-peer
 status between GPUs, an NCCL all-reduce through torch (with the bus-bandwidth threshold), a container with
-``--gpus all`` and the DCGM diagnostic, and the parsers of those tools' output. Python 3.8, stdlib only.
+``--gpus all`` (and, where Docker reads CDI specifications, with ``--device nvidia.com/gpu=all``) and the DCGM
+diagnostic, and the parsers of those tools' output. Python 3.8, stdlib only.
 
 :class:`WorkloadSteps` is mixed into :class:`~ladder.Ladder`; what its rungs read is
 :class:`~ladder_state.LadderState`'s.
@@ -16,6 +17,7 @@ import os
 import re
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.module_utils.cdi import parse_cdi_list
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpus import norm_model
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_result import step
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_state import LadderState
@@ -209,7 +211,34 @@ class WorkloadSteps(LadderState):
         if len(listed) != len(self.gpus):
             return step("container", "fail", evidence, "the container sees %d GPU(s), the host %d" %
                         (len(listed), len(self.gpus)))
+        evidence["cdi"] = cdi = self.cdi_container(docker, image, int(conf.get("timeout_s") or 300))
+        if cdi.get("fail"):
+            return step("container", "fail", evidence, cdi["fail"])
         return step("container", "pass", evidence)
+
+    def cdi_container(self, docker, image, timeout):
+        """The same query with the GPUs given by CDI name, where Docker reads CDI specifications (Docker 25+
+        with features.cdi) and ``nvidia-ctk cdi list`` names nvidia.com/gpu=all; else why it did not run."""
+        rc, out, _err = self.run([docker, "info", "--format", "{{json .CDISpecDirs}}"], 60)
+        try:
+            dirs = json.loads(out) if rc == 0 else None
+        except ValueError:
+            dirs = None
+        if not dirs:
+            return {"ran": False, "reason": "Docker reads no CDI specifications (features.cdi off, or before 25.0)"}
+        ctk = self.tool("nvidia-ctk")
+        rc, out, err = self.run([ctk, "cdi", "list"], 60) if ctk else (None, "", "")
+        if "all" not in parse_cdi_list(out + "\n" + err):
+            return {"ran": False, "spec_dirs": dirs, "reason": "nvidia-ctk cdi list names no nvidia.com/gpu=all"}
+        argv = [docker, "run", "--rm", "--device", "nvidia.com/gpu=all", image, "nvidia-smi", "-L"]
+        rc, out, err = self.run(argv, timeout)
+        listed = [line for line in out.splitlines() if line.startswith("GPU ")]
+        result = {"ran": True, "spec_dirs": dirs, "argv": argv, "rc": rc, "gpus": listed}
+        if rc != 0:
+            result["fail"] = "docker run --device nvidia.com/gpu=all failed (rc %s): %s" % (rc, err.strip()[-300:])
+        elif len(listed) != len(self.gpus):
+            result["fail"] = "the CDI container sees %d GPU(s), the host %d" % (len(listed), len(self.gpus))
+        return result
 
     def dcgm_step(self):
         dcgmi = self.tool("dcgmi")

@@ -23,6 +23,10 @@ description:
     copies options the C(runc) runtime has and ours lacks (e.g. C(SystemdCgroup)), as nvidia-ctk does,
     and with O(set_as_default) sets C(containerd.default_runtime_name). An empty or absent file gets
     C(version = 2). A non-empty file without C(version) (schema 1) is refused.
+  - With O(cdi_spec_dirs) not empty, the engine's Container Device Interface support is switched on. V(docker)
+    sets C(features.cdi = true) (Docker 25 and later; C(cdi-spec-dirs) too when the list differs from Docker's
+    default), V(containerd) sets the CRI plugin's C(enable_cdi = true) and C(cdi_spec_dirs) (containerd 1.7 and
+    later). The caller checks the engine's version, as older engines do not know the keys.
   - V(toml) sets the O(settings) key paths in any TOML file (the toolkit's
     C(/etc/nvidia-container-runtime/config.toml)).
   - TOML is read and written with tomlkit (Debian/Ubuntu package python3-tomlkit), which keeps comments,
@@ -59,6 +63,11 @@ options:
     description: Make the runtime the engine's default. False leaves the current default as it is.
     type: bool
     default: false
+  cdi_spec_dirs:
+    description: V(docker) and V(containerd) only; directories of CDI specifications. Empty leaves CDI alone.
+    type: list
+    elements: str
+    default: []
   settings:
     description: V(toml) only; each item sets the value at the key path C(key) (list of table names and key).
     type: list
@@ -120,6 +129,8 @@ except ImportError:  # pragma: no cover - reported through fail_json
     HAS_TOMLKIT = False
 
 CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+#: Where Docker looks for CDI specifications when daemon.json sets no cdi-spec-dirs (Docker's documentation).
+DOCKER_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 class ConfigRefused(Exception):
@@ -190,6 +201,10 @@ def merge_docker(text: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]
         set_path(data, ["runtimes", name, key], value, False, updated)
     if params["set_as_default"]:
         set_path(data, ["default-runtime"], name, False, updated)
+    if params["cdi_spec_dirs"]:
+        set_path(data, ["features", "cdi"], True, False, updated)
+        if list(params["cdi_spec_dirs"]) != list(DOCKER_CDI_SPEC_DIRS):
+            set_path(data, ["cdi-spec-dirs"], list(params["cdi_spec_dirs"]), False, updated)
     extra = {"runtimes": sorted(data.get("runtimes", {})), "default_runtime": data.get("default-runtime"),
              "config_version": None}
     return json.dumps(data, indent=4) + "\n", data, updated, extra
@@ -224,6 +239,9 @@ def merge_containerd(text: str, params: dict[str, Any]) -> tuple[str, dict[str, 
     set_path(doc, [*runtime, "options", "BinaryName"], params["runtime_path"], True, updated)
     if params["set_as_default"]:
         set_path(doc, [*base, "default_runtime_name"], name, True, updated)
+    if params["cdi_spec_dirs"]:
+        set_path(doc, ["plugins", CRI_PLUGIN[version], "enable_cdi"], True, True, updated)
+        set_path(doc, ["plugins", CRI_PLUGIN[version], "cdi_spec_dirs"], list(params["cdi_spec_dirs"]), True, updated)
     runtimes = get_path(doc, [*base, "runtimes"])
     default = get_path(doc, [*base, "default_runtime_name"])
     extra = {"runtimes": sorted(str(k) for k in runtimes) if runtimes is not None else [],
@@ -276,6 +294,7 @@ def main() -> None:
             "runtime_type": {"type": "str", "default": "io.containerd.runc.v2"},
             "set_as_default": {"type": "bool", "default": False},
             "settings": {"type": "list", "elements": "dict", "default": []},
+            "cdi_spec_dirs": {"type": "list", "elements": "str", "default": []},
             "mode": {"type": "str", "default": "0644"},
         },
         supports_check_mode=True,

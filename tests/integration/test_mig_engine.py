@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -15,10 +16,11 @@ from typing import Any
 
 import pynvml
 import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import cdi, miglayout
 from ansible_collections.gpuprov.gpu.plugins.module_utils import mig as mig_engine
-from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 
 from gpuprov.lab.mocknvml import bind_pynvml, build_library, compile_profile
+from gpuprov.lab.standin.container import ctk_stub
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_1G = [{"devices": "all", "mig_enabled": True, "mig_devices": {"1g.10gb": 7}}]
@@ -215,6 +217,49 @@ def test_balanced_layout_fits(gpu_host: Callable[[str], Path]) -> None:
     gpu_host("a100x8-40gb")
     layout = [{"devices": [0], "mig_devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}}]
     assert _instances(mig.run(pynvml, layout, apply=True)) == [{"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}]
+
+
+def test_cdi_spec_lists_the_gpus_and_is_stale_after_a_layout_change(
+    gpu_host: Callable[[str], Path], library: Path, tmp_path: Path
+) -> None:
+    """The stand-in nvidia-ctk generates the CDI specification from the same mock NVML; the cdi_spec module's
+    comparison finds it current, then stale once a MIG layout is applied, and current again after regenerating."""
+    gpu_host("a100x8-nvswitch")
+    ctk = tmp_path / "nvidia-ctk"
+    ctk.write_text(ctk_stub("1.17.8-1"), encoding="utf-8")
+    ctk.chmod(0o755)
+    spec_dir = tmp_path / "cdi"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(library.parent))
+
+    def generate_and_list() -> list[str]:
+        generate = ["cdi", "generate", f"--output={spec_dir}/nvidia.yaml"]
+        for argv in (generate, ["cdi", "list", f"--spec-dir={spec_dir}"]):
+            done = subprocess.run([sys.executable, str(ctk), *argv], env=env, capture_output=True, text=True,
+                                  check=False, timeout=60)
+            assert done.returncode == 0, done.stderr
+        return cdi.parse_cdi_list(done.stdout)
+
+    def now() -> dict[str, Any]:
+        state = cdi.nvml_state(pynvml)
+        names = cdi.expected_names(state["gpus"])
+        return {"driver_version": state["driver_version"], "toolkit_version": "1.17.8", "devices": names,
+                "fingerprint": cdi.fingerprint(state["driver_version"], "1.17.8", names)}
+
+    listed = generate_and_list()
+    before = now()
+    assert before["driver_version"] == "535.183.01"
+    assert len(listed) == 17  # 8 GPUs by index and by UUID, and all
+    assert {"0", "7", "GPU-00000000-0000-4000-8000-0000000a1000", "all"} <= set(listed)
+    assert cdi.stale_reason(before, listed, dict(before)) == ""
+    mig.run(pynvml, [{"devices": [0, 1], "mig_enabled": True, "mig_devices": {"3g.40gb": 1, "1g.10gb": 2}}],
+            apply=True, proc_root=str(tmp_path))
+    after = now()
+    assert cdi.stale_reason(after, listed, dict(before)) == (
+        "the specification's devices differ from NVML's (missing: 0:0, 0:1, 0:2, 1:0, 1:1, 1:2; "
+        "no longer present: none)")
+    relisted = generate_and_list()
+    assert {"0:0", "0:1", "0:2", "1:0", "1:1", "1:2"} <= set(relisted)
+    assert cdi.stale_reason(after, relisted, dict(after)) == ""
 
 
 @pytest.mark.lab

@@ -262,10 +262,38 @@ def test_container_and_dcgm_rungs(h200x2: dict[str, Any], tmp_path: Path) -> Non
                                                "verify.container_pull; role variable verify_container_pull)")
     dcgm = lad.dcgm_step()
     assert dcgm["status"] == "fail" and dcgm["evidence"]["results"] == {"fail": 1, "pass": 1}
-    run = FakeRun({"docker image": (0, "[]", ""), "docker run": (0, SMI_L, "")})
+    run = FakeRun({"docker image": (0, "[]", ""), "docker run": (0, SMI_L, ""), "docker info": (0, "[]\n", "")})
     lad = _ladder(h200x2, tmp_path, run, tools=("docker",), container={"image": "cuda:x"})
-    assert lad.container_step()["status"] == "pass"
-    assert run.calls[-1][3:5] == ["--gpus", "all"]
+    passed = lad.container_step()
+    assert passed["status"] == "pass"
+    assert passed["evidence"]["cdi"] == {
+        "ran": False, "reason": "Docker reads no CDI specifications (features.cdi off, or before 25.0)"}
+    assert run.calls[-2][3:5] == ["--gpus", "all"]
+
+
+def test_container_rung_runs_the_cdi_device_where_docker_reads_cdi(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    listing = (0, "nvidia.com/gpu=0\nnvidia.com/gpu=1\nnvidia.com/gpu=all\n", "INFO[0000] Found 3 CDI devices\n")
+
+    def docker_run(argv: list[str]) -> tuple[int, str, str]:
+        return (0, SMI_L, "") if "--gpus" in argv else cdi_answer
+
+    answers = {"docker image": (0, "[]", ""), "docker run": docker_run,
+               "docker info": (0, '["/etc/cdi","/var/run/cdi"]\n', ""), "nvidia-ctk cdi": listing}
+    cdi_answer: tuple[int, str, str] = (0, SMI_L, "")
+    run = FakeRun(answers)
+    lad = _ladder(h200x2, tmp_path, run, tools=("docker", "nvidia-ctk"), container={"image": "cuda:x"})
+    passed = lad.container_step()
+    assert passed["status"] == "pass"
+    assert passed["evidence"]["cdi"]["ran"] is True
+    assert run.calls[-1][2:6] == ["--rm", "--device", "nvidia.com/gpu=all", "cuda:x"]
+    cdi_answer = (125, "", "docker: Error response from daemon: could not select device driver \"cdi\"")
+    failed = lad.container_step()
+    assert failed["status"] == "fail"
+    assert failed["reason"].startswith("docker run --device nvidia.com/gpu=all failed (rc 125): docker: Error")
+    cdi_answer = (0, SMI_L.splitlines()[0] + "\n", "")
+    assert lad.container_step()["reason"] == "the CDI container sees 1 GPU(s), the host 2"
+    answers["nvidia-ctk cdi"] = (0, "", "INFO[0000] Found 0 CDI devices\n")
+    assert lad.container_step()["evidence"]["cdi"]["reason"] == "nvidia-ctk cdi list names no nvidia.com/gpu=all"
 
 
 def test_a_crashing_rung_fails_alone_and_unselected_rungs_skip(h200x2: dict[str, Any], tmp_path: Path,

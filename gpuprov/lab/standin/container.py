@@ -14,7 +14,9 @@ shell stubs with the failure signatures of the real ones:
   library directories, as with a containerised-driver root on a host-installed driver. Without ``--root`` it
   reads ``root`` from the ``[nvidia-container-cli]`` table of ``/etc/nvidia-container-runtime/config.toml``.
 * ``nvidia-container-runtime`` execs ``runc`` with its arguments (the real one adds the prestart hook).
-* ``nvidia-ctk --version`` prints the toolkit version.
+* ``nvidia-ctk --version`` prints the toolkit version; ``nvidia-ctk cdi generate`` / ``cdi list`` write and list
+  a CDI specification of the host's GPUs read through ``libnvidia-ml.so.1`` (the mock NVML in the lab;
+  :mod:`gpuprov.lab.standin.ctk_cdi`).
 
 ``/etc/nvidia-container-runtime/config.toml`` is created by ``nvidia-container-toolkit-base``'s postinst
 only where it does not exist, as current real packages do (their postinst runs ``nvidia-ctk config
@@ -144,6 +146,9 @@ BASE_POSTINST = f"""if [ "$1" = configure ] && [ ! -e {CONFIG} ]; then
 fi
 """
 
+#: Source of the stand-in ``nvidia-ctk`` (a standalone script, shipped as it is).
+CTK_SOURCE = Path(__file__).with_name("ctk_cdi.py")
+
 HOOK_STUB = """#!/bin/sh
 # gpuprov stand-in for nvidia-container-runtime-hook
 exec nvidia-container-cli "$@"
@@ -151,13 +156,10 @@ exec nvidia-container-cli "$@"
 
 
 def ctk_stub(version: str) -> str:
-    """The ``nvidia-ctk`` stub: ``--version`` prints the toolkit version, anything else fails (exit 2)."""
+    """The ``nvidia-ctk`` stand-in, :mod:`gpuprov.lab.standin.ctk_cdi` with ``version``'s upstream part as its
+    version: ``--version``, ``cdi generate`` and ``cdi list`` from the host's NVML; anything else fails (exit 2)."""
     upstream = version.split("-", maxsplit=1)[0]
-    return (
-        "#!/bin/sh\n# gpuprov stand-in for nvidia-ctk\n"
-        f'case "$1" in --version|-v) echo "NVIDIA Container Toolkit CLI version {upstream}"; exit 0;;\n'
-        'esac\necho "nvidia-ctk stand-in: $* not implemented" >&2\nexit 2\n'
-    )
+    return CTK_SOURCE.read_text(encoding="utf-8").replace('VERSION = "@VERSION@"', f'VERSION = "{upstream}"', 1)
 
 
 def toolkit_packages(version: str) -> list[PackageSpec]:

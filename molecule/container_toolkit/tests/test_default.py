@@ -164,3 +164,52 @@ def test_smoke_test_skipped_with_reason(host):
     assert result["smoke_test"]["ran"] is False
     assert result["smoke_test"]["reason"] == "no GPU device node /dev/nvidia0 on this host"
     assert result["services_skipped"] == ""
+
+
+UUIDS = [f"GPU-00000000-0000-4000-8000-0000000a100{i}" for i in range(8)]
+MIG_DEVICES = ["0:0", "0:1", "0:2", "1:0", "1:1", "1:2"]  # 3g.40gb + 2x 1g.10gb on GPUs 0 and 1
+
+
+def test_cdi_spec_lists_the_mock_gpus_and_the_mig_devices(host):
+    spec_file = host.file("/etc/cdi/nvidia.yaml")
+    assert spec_file.is_file
+    assert spec_file.mode == 0o644
+    spec = yaml.safe_load(spec_file.content_string)
+    assert spec["kind"] == "nvidia.com/gpu"
+    assert spec["cdiVersion"] == "0.5.0"
+    devices = {device["name"]: device["containerEdits"]["deviceNodes"] for device in spec["devices"]}
+    assert set(devices) == {str(i) for i in range(8)} | set(UUIDS) | set(MIG_DEVICES) | {"all"}
+    assert devices["3"] == [{"path": "/dev/nvidia3"}]
+    assert devices[UUIDS[3]] == [{"path": "/dev/nvidia3"}]
+    assert devices["1:2"] == [{"path": "/dev/nvidia1"}]
+    assert {"path": "/dev/nvidia7"} in devices["all"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
+    listed = host.check_output("nvidia-ctk cdi list").splitlines()
+    assert sorted(listed) == sorted(f"nvidia.com/gpu={name}" for name in devices)
+
+
+def test_cdi_generated_once_then_regenerated_after_the_mig_layout(host):
+    first = json.loads(host.file(f"{RESULTS}/result.json").content_string)["cdi"]
+    assert first["changed"] is True
+    assert first["reason"] == "there is no CDI specification yet"
+    assert (first["method"], first["path"], first["driver_version"]) == ("generate", "/etc/cdi/nvidia.yaml",
+                                                                        "535.183.01")
+    assert len(first["devices"]) == 17  # 8 GPUs by index and UUID, and all: no MIG devices yet
+    after = json.loads(host.file(f"{RESULTS}/cdi-after-mig.json").content_string)
+    assert after["changed"] is True
+    assert after["reason"] == ("the specification's devices differ from NVML's (missing: 0:0, 0:1, 0:2, 1:0, 1:1, 1:2;"
+                               " no longer present: none)")
+    record = json.loads(host.file("/var/lib/gpuprov/cdi/nvidia.json").content_string)
+    assert record["fingerprint"] == after["fingerprint"]
+    assert (record["toolkit_version"], record["path"]) == ("1.17.8", "/etc/cdi/nvidia.yaml")
+    assert set(MIG_DEVICES) <= set(record["devices"])
+
+
+def test_cdi_left_off_in_engines_too_old_for_it(host):
+    """Debian's Docker 20.10 and containerd 1.4/1.6 predate CDI (Docker 25, containerd 1.7): no keys written."""
+    result = json.loads(host.file(f"{RESULTS}/result.json").content_string)
+    assert result["cdi_engines"]["docker"].startswith("docker 20.10 has no CDI support (25.0 or later)")
+    assert "has no CDI support (1.7 or later)" in result["cdi_engines"]["containerd"]
+    assert "features" not in daemon_json(host)
+    assert "enable_cdi" not in containerd_toml(host)["plugins"][CRI]
+    assert result["cdi_smoke_test"]["ran"] is False

@@ -97,7 +97,8 @@ def merge() -> ModuleType:
 
 def params(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"runtime_name": "nvidia", "runtime_path": RUNTIME, "runtime_args": [],
-                            "runtime_type": "io.containerd.runc.v2", "set_as_default": False, "settings": []}
+                            "runtime_type": "io.containerd.runc.v2", "set_as_default": False, "settings": [],
+                            "cdi_spec_dirs": []}
     base.update(overrides)
     return base
 
@@ -190,6 +191,37 @@ def test_containerd_drift_after_installer_rewrite_is_detected_and_repaired(merge
     assert cri["containerd"]["snapshotter"] == "overlayfs"
     assert cri["containerd"]["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
     assert configured != rewritten
+
+
+def test_docker_cdi_feature_and_spec_dirs(merge: ModuleType) -> None:
+    """CDI on: features.cdi is set beside the admin's keys; Docker's default spec dirs are not written out."""
+    dirs = ["/etc/cdi", "/var/run/cdi"]
+    text, _, updated, _ = merge.merge_docker(json.dumps(ADMIN_DAEMON), params(cdi_spec_dirs=dirs))
+    after = json.loads(text)
+    assert after["features"] == {"cdi": True}
+    assert "cdi-spec-dirs" not in after
+    assert updated == ["runtimes.nvidia.path", "runtimes.nvidia.args", "features.cdi"]
+    again, _, updated, _ = merge.merge_docker(text, params(cdi_spec_dirs=dirs))
+    assert (again, updated) == (text, [])
+    other, _, updated, _ = merge.merge_docker(text, params(cdi_spec_dirs=["/srv/cdi"]))
+    assert json.loads(other)["cdi-spec-dirs"] == ["/srv/cdi"]
+    assert updated == ["cdi-spec-dirs"]
+    # CDI off (an engine too old for it): nothing CDI is written
+    assert "features" not in json.loads(merge.merge_docker("", params())[0])
+
+
+def test_containerd_cdi_in_the_cri_plugin(merge: ModuleType) -> None:
+    dirs = ["/etc/cdi", "/var/run/cdi"]
+    text, data, updated, _ = merge.merge_containerd(CONTAINERD_BEFORE, params(cdi_spec_dirs=dirs))
+    cri = data["plugins"][CRI]
+    assert (cri["enable_cdi"], cri["cdi_spec_dirs"]) == (True, dirs)
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"  # the admin's key stays
+    assert f"plugins.{CRI}.enable_cdi" in updated
+    assert "# kubelet uses the systemd cgroup driver" in text
+    again, _, updated, _ = merge.merge_containerd(text, params(cdi_spec_dirs=dirs))
+    assert (again, updated) == (text, [])
+    _, data, _, _ = merge.merge_containerd("version = 3\n", params(cdi_spec_dirs=dirs))
+    assert data["plugins"]["io.containerd.cri.v1.runtime"]["enable_cdi"] is True
 
 
 def test_containerd_schema_3_uses_the_v3_plugin(merge: ModuleType) -> None:
