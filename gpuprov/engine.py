@@ -242,7 +242,7 @@ def run_fleet(options: ApplyOptions, console: Console) -> tuple[int, RunResult, 
     check_tags(options.skip_tags, "--skip-tags")
     if options.json_path is not None:
         check_output_path(options.json_path, "--json")
-    run_dir = new_run_dir(state_dir(), "-".join(options.roles) or "site")
+    run_dir = new_run_dir(state_dir(), options.playbook or "-".join(options.roles) or "site")
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:
         _check_limit(inventory, options.limit)
@@ -264,7 +264,9 @@ def run_fleet(options: ApplyOptions, console: Console) -> tuple[int, RunResult, 
         console.print(f"warning: {warning}", markup=False, highlight=False)
     if options.playbook:
         mode = f"{options.playbook} --check" if options.check else options.playbook
-    console.print(f"gpuprov {mode}: {label} on {options.fleet} (run record: {run_dir})")
+        console.print(f"gpuprov {mode} on {options.fleet} (run record: {run_dir})")
+    else:
+        console.print(f"gpuprov {mode}: {label} on {options.fleet} (run record: {run_dir})")
     result = run_playbook(request, on_event=ProgressPrinter(console))
     code = exit_code(result, options.check)
     console.print(recap_table(result, options.check))

@@ -18,9 +18,9 @@ from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
 from gpuprov.recap import retry_command
 from gpuprov.runner import RunResult
 
-#: The components of the drift report an upgrade moves (gpuprov.drift.COMPONENTS); hosts where all are in sync are
-#: left alone.
-STACK = ("driver", "fabric_manager", "cuda", "cudnn", "nccl")
+#: The components of the drift report an upgrade moves (gpuprov.drift.COMPONENTS), and an earlier upgrade left
+#: unfinished on the host; hosts where all are in sync are left alone.
+STACK = ("driver", "fabric_manager", "cuda", "cudnn", "nccl", "upgrade")
 
 #: What each stage the upgrade play records means in the report (ansible_facts['gpuprov_upgrade'].stage).
 STAGES = {
@@ -144,7 +144,7 @@ def report(result: RunResult, code: int, options: ApplyOptions, moving: list[str
         plan = host.upgrade if host is not None else {}
         holders = [f"pid {h.get('pid')} ({h.get('command')})" for h in plan.get("holders") or [] if isinstance(h, dict)]
         table.add_row(name, _result(host, options.check), _names(plan.get("units") or []),
-                      _names(plan.get("containers") or []), ", ".join(holders) or "-")
+                      _names(plan.get("containers") or [], "name"), ", ".join(holders) or "-")
     console.print(table)
     failed = [n for n in moving if n in result.failed_hosts]
     untouched = [n for n in moving if n not in result.hosts]

@@ -89,6 +89,13 @@ def device_holders(proc_root="/proc", prefix=DEVICE_PREFIX, exclude=()):
     return found
 
 
+def loaded_modules(proc_root="/proc", prefix="nvidia"):
+    """Names of the loaded kernel modules that begin with ``prefix``, from ``<proc_root>/modules``, in its order
+    (newest first); empty when the file cannot be read (a container without it)."""
+    text = _read(os.path.join(proc_root, "modules")) or ""
+    return [line.split(" ", 1)[0] for line in text.splitlines() if line.startswith(prefix)]
+
+
 def describe(holder):
     """One line naming a holder: ``pid 4242 (python3, user ml): python3 train.py - /dev/nvidia0``."""
     return "pid %d (%s, user %s): %s - %s" % (holder["pid"], holder["command"], holder["user"],

@@ -71,6 +71,12 @@ ended:
   returned: always
   type: list
   elements: int
+modules:
+  description: Loaded kernel modules whose names begin with C(nvidia) (C(/proc/modules); empty where unreadable).
+  returned: always
+  type: list
+  elements: str
+  sample: [nvidia_uvm, nvidia_drm, nvidia_modeset, nvidia]
 containers:
   description: Running containers that use the GPUs (with O(containers)).
   returned: always
@@ -93,6 +99,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import (
     describe,
     device_holders,
     end_processes,
+    loaded_modules,
 )
 
 
@@ -150,6 +157,7 @@ def main():
         ended, remaining = end_processes(pids, p["timeout_s"])
     result = {"changed": bool(ended) or (p["end"] and bool(pids) and module.check_mode),
               "holders": holders, "ended": ended, "remaining": remaining,
+              "modules": loaded_modules(p["proc_root"]),
               "containers": gpu_containers(module) if p["containers"] else []}
     if p["fail_on_holders"] and remaining and not (p["end"] and module.check_mode):
         left = [describe(h) for h in holders if h["pid"] in remaining]

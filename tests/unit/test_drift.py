@@ -269,3 +269,17 @@ def test_the_driver_is_found_under_every_name_a_method_installs(
     entry = drift.compare(_fact(nvml, installed__packages=_dpkg(*rows), desired__driver_flavour=flavour,
                                 desired__driver_version=None, desired__nvswitch=False))["driver"]  # fmt: skip
     assert entry["in_sync"] is in_sync, entry["note"]
+
+
+def test_an_unfinished_upgrade_is_drift_naming_what_it_left_stopped() -> None:
+    import base64
+    import json
+
+    from gpuprov.drift import compare
+
+    marker = {"stage": "stopped", "units": ["nvidia-dcgm.service"], "containers": [{"id": "c1", "name": "trainer"}]}
+    encoded = base64.b64encode(json.dumps(marker).encode()).decode()
+    entry = compare({"desired": {}, "installed": {"upgrade_marker": encoded}})["upgrade"]
+    assert entry["in_sync"] is False and entry["installed"] == marker
+    assert "stage stopped with nvidia-dcgm.service, trainer stopped" in entry["note"]
+    assert compare({"desired": {}, "installed": {}})["upgrade"]["in_sync"] is True

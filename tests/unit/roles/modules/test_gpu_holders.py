@@ -95,3 +95,13 @@ def test_an_unreadable_proc_root_lists_nothing() -> None:
 ])
 def test_containers_using_the_gpus(config: dict[str, Any], expected: bool) -> None:
     assert uses_gpus(config) is expected
+
+
+def test_loaded_nvidia_modules_come_from_proc_modules(tmp_path: Path) -> None:
+    (tmp_path / "modules").write_text(
+        "nvidia_uvm 1916928 0 - Live 0x0000000000000000 (OE)\n"
+        "nvidia_drm 135168 2 - Live 0x0000000000000000 (OE)\n"
+        "nvme 61440 3 - Live 0x0000000000000000\n"
+        "nvidia 104091648 2 nvidia_uvm,nvidia_drm, Live 0x0000000000000000 (OE)\n")
+    assert gpu_holders.loaded_modules(str(tmp_path)) == ["nvidia_uvm", "nvidia_drm", "nvidia"]
+    assert gpu_holders.loaded_modules(str(tmp_path / "absent")) == []
