@@ -58,7 +58,9 @@ class HostResult:
     latest ``ansible_facts['gpuprov_findings']`` a role published (``{role, id, severity, subject, evidence,
     fix}`` each, e.g. from bios_check); ``reboot_required`` role -> the last value of its
     ``<role>_reboot_required`` fact and ``reported_needs`` the latest ``ansible_facts['gpuprov_needs']``:
-    :attr:`needs` combines them (:func:`gpuprov.needs.host_needs`).
+    :attr:`needs` combines them (:func:`gpuprov.needs.host_needs`); ``upgrade`` the latest
+    ``ansible_facts['gpuprov_upgrade']`` of playbooks/upgrade.yml (``{stage, units, containers, holders,
+    modules, kill_holders}``).
     """
 
     name: str
@@ -75,6 +77,7 @@ class HostResult:
     findings: list[dict[str, Any]] = field(default_factory=list)
     reboot_required: dict[str, bool] = field(default_factory=dict)
     reported_needs: list[dict[str, Any]] = field(default_factory=list)
+    upgrade: dict[str, Any] = field(default_factory=dict)
     first_start: dt.datetime | None = None
     last_end: dt.datetime | None = None
 
@@ -165,6 +168,8 @@ class EventCollector:
                 host.findings = [f for f in facts["gpuprov_findings"] if isinstance(f, dict)]
             if isinstance(facts.get("gpuprov_needs"), list):
                 host.reported_needs = [n for n in facts["gpuprov_needs"] if isinstance(n, dict)]
+            if isinstance(facts.get("gpuprov_upgrade"), dict):
+                host.upgrade = facts["gpuprov_upgrade"]
             for key, value in facts.items():
                 if key.endswith("_reboot_required") and not key.startswith("_"):  # a role's output, not internal
                     host.reboot_required[key.removesuffix("_reboot_required")] = truthy(value)

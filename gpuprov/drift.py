@@ -34,7 +34,7 @@ from rich.table import Table
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("kernel", "driver", "fabric_manager", "cuda", "cudnn", "nccl", "container_toolkit", "runtime_config",
-              "mig")
+              "mig", "upgrade")
 
 #: The play the drift report runs: the verify role's drift probe, nothing else of the role.
 DRIFT_PLAY: list[dict[str, Any]] = [{
@@ -299,6 +299,20 @@ def _mig(want: dict[str, Any], nvml: dict[str, Any], instances_text: str) -> dic
     return _entry({"layout": layout, "gpus": desired}, installed, not problems, "; ".join(problems) or None)
 
 
+def _upgrade(marker: Any) -> dict[str, Any]:
+    """An unfinished ``gpuprov upgrade``: the marker (base64 JSON) playbooks/tasks/upgrade_host.yml leaves on a host
+    from stopping its GPU services until it passed the verify ladder."""
+    if not marker:
+        return _entry("finished", None, True)
+    try:
+        state = json.loads(base64.b64decode(str(marker)))
+    except (ValueError, TypeError):
+        state = {}
+    stopped = ", ".join([*state.get("units", []), *(c.get("name", "?") for c in state.get("containers", []))])
+    return _entry("finished", state, False, f"an upgrade stopped at stage {state.get('stage', '?')} with "
+                  f"{stopped or 'nothing'} stopped: run gpuprov upgrade again to finish it")
+
+
 def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One host's ``verify_drift`` fact -> ``{component: {desired, installed, in_sync, note}}`` for every
     component of :data:`COMPONENTS` (versions are Debian package versions or NVML's driver version)."""
@@ -327,6 +341,7 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "container_toolkit": toolkit,
         "runtime_config": runtime,
         "mig": _mig(want, nvml, str(have.get("mig_instances") or "")),
+        "upgrade": _upgrade(have.get("upgrade_marker")),
     }
 
 

@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 class ApplyOptions:
     """Options of ``gpuprov apply`` (and ``check``, which sets ``check`` and ``diff``).
 
-    ``argv`` is the command line after the program name, used to print the retry command.
+    ``argv`` is the command line after the program name, used to print the retry command; ``playbook`` names
+    one of gpuprov's other playbooks (``upgrade``) to run instead of the roles' plays.
     """
 
     fleet: Path
@@ -58,6 +59,7 @@ class ApplyOptions:
     verbosity: int = 0
     json_path: Path | None = None
     argv: list[str] = field(default_factory=list)
+    playbook: str | None = None
 
 
 def _select_playbook(roles: list[str], run_dir: Path) -> tuple[Path, str]:
@@ -219,6 +221,15 @@ def execute(options: ApplyOptions, console: Console) -> int:
         FleetValidationError: the fleet file is invalid (nothing was run).
         ConfigError: an unknown ``--role``, a ``--limit`` matching no host, a bad ``-e``.
     """
+    code, result, _fleet = run_fleet(options, console)
+    _explain(result, code, options, console)
+    return code
+
+
+def run_fleet(options: ApplyOptions, console: Console) -> tuple[int, RunResult, Fleet]:
+    """What :func:`execute` does short of explaining failures: validate, render, run, print the recap and
+    write the summary; returns the exit code, the run's result and the validated fleet. Raises as
+    :func:`execute`."""
     fleet = load_fleet(options.fleet, check_files=True)
     # -e may name fleet variables (gpuprov_*): the role variables they map onto go with them
     extravars = with_role_variables(parse_extravars(options.extravars))
@@ -231,7 +242,7 @@ def execute(options: ApplyOptions, console: Console) -> int:
     check_tags(options.skip_tags, "--skip-tags")
     if options.json_path is not None:
         check_output_path(options.json_path, "--json")
-    run_dir = new_run_dir(state_dir(), "-".join(options.roles) or "site")
+    run_dir = new_run_dir(state_dir(), options.playbook or "-".join(options.roles) or "site")
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:
         _check_limit(inventory, options.limit)
@@ -239,7 +250,10 @@ def execute(options: ApplyOptions, console: Console) -> int:
     except ConfigError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run record behind
         raise
-    playbook, label = _select_playbook(options.roles, run_dir)
+    if options.playbook:
+        playbook, label = playbooks_dir() / f"{options.playbook}.yml", options.playbook
+    else:
+        playbook, label = _select_playbook(options.roles, run_dir)
     request = RunRequest(
         inventory=inventory, playbook=playbook, run_dir=run_dir,
         check=options.check, diff=options.diff, tags=options.tags, skip_tags=options.skip_tags,
@@ -248,7 +262,11 @@ def execute(options: ApplyOptions, console: Console) -> int:
     mode = "check" if options.check else "apply"
     for warning in fleet.warnings:
         console.print(f"warning: {warning}", markup=False, highlight=False)
-    console.print(f"gpuprov {mode}: {label} on {options.fleet} (run record: {run_dir})")
+    if options.playbook:
+        mode = f"{options.playbook} --check" if options.check else options.playbook
+        console.print(f"gpuprov {mode} on {options.fleet} (run record: {run_dir})")
+    else:
+        console.print(f"gpuprov {mode}: {label} on {options.fleet} (run record: {run_dir})")
     result = run_playbook(request, on_event=ProgressPrinter(console))
     code = exit_code(result, options.check)
     console.print(recap_table(result, options.check))
@@ -259,8 +277,7 @@ def execute(options: ApplyOptions, console: Console) -> int:
     write_summary(run_dir / "summary.json", data)
     if options.json_path is not None:
         write_summary(options.json_path, data)
-    _explain(result, code, options, console)
-    return code
+    return code, result, fleet
 
 
 def _explain(result: RunResult, code: int, options: ApplyOptions, console: Console) -> None:

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "images": "images",
     "bundle": "bundle",
+    "upgrade": "upgrade",
 }
 
 

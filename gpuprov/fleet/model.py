@@ -46,7 +46,8 @@ class Host:
     ``groups`` is in precedence order (later wins); ``layer`` holds the host's own settings as written
     (normalised); ``settings`` the effective settings (merged, defaults applied, ``auto`` resolved);
     ``resolutions`` what was resolved and why; ``notes`` advisories that are not errors; ``warnings`` problems
-    that leave the file valid (an end-of-life driver branch), each at its file line.
+    that leave the file valid (an end-of-life driver branch), each at its file line; ``canary`` marks a host
+    ``gpuprov upgrade`` moves first.
     """
 
     name: str
@@ -59,6 +60,7 @@ class Host:
     notes: tuple[str, ...] = ()
     description: str | None = None
     warnings: tuple[Problem, ...] = ()
+    canary: bool = False
 
 
 @dataclass

@@ -256,7 +256,8 @@ class Group(Strict):
 
 
 class HostEntry(Strict):
-    """One host: how to reach it, its groups (in precedence order, later wins) and its own settings."""
+    """One host: how to reach it, its groups (in precedence order, later wins), its own settings and whether it is
+    a canary (``gpuprov upgrade`` moves canaries first, one at a time)."""
 
     address: Address
     port: Port | None = None
@@ -265,6 +266,7 @@ class HostEntry(Strict):
     become: bool | None = None
     become_password: Secret | None = None
     description: str | None = None
+    canary: bool = False
     groups: list[GroupName] = []
     settings: Settings | None = None
 

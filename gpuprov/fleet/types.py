@@ -23,7 +23,7 @@ _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 #: group names Ansible or gpuprov reserve
-RESERVED_GROUPS = frozenset({"all", "ungrouped", "gpuprov"})
+RESERVED_GROUPS = frozenset({"all", "ungrouped", "gpuprov", "gpuprov_canary"})
 
 
 def fail(problem: str, fix: str) -> PydanticCustomError:

@@ -296,6 +296,7 @@ class _Validator:
             notes=tuple(ctx.notes),
             description=entry.description,
             warnings=tuple(ctx.warnings),
+            canary=entry.canary,
         )
 
 

@@ -12,7 +12,8 @@ the next expects:
 3. day-2 cases on the converged lab: a package removed by hand shows in check's drift report and is gone after
    a re-apply; one host stopped: ``lab status`` exits 3, apply finishes the other and exits 3 with the retry
    command, ``lab up`` brings it back on the same port; a become password never reaches a file or a log; a
-   driver branch change in the fleet file moves both hosts once confirmed;
+   driver branch change in the fleet file rolls out host by host with ``gpuprov upgrade``, stopping at a host
+   whose GPUs a stray process holds;
 4. fault profiles swapped in by ``lab up`` show through nvidia-smi and facts; ``lab down`` removes the lab.
 
 Needs Docker and root (the base images are built on demand, a few minutes the first time).
@@ -346,12 +347,16 @@ def test_no_secret_in_run_records(lab: dict[str, Any]) -> None:
     assert leaks == []
 
 
-def test_branch_change_from_the_fleet_file(lab: dict[str, Any]) -> None:
-    """``driver.branch: "550"`` (the lab's ``auto`` is 580 on Debian 12, 570 on the 20.04 stand-in) stops with
-    the plan until ``driver.allow_branch_change`` confirms it; then apply moves both hosts to 550 with the whole
-    driver set (Fabric Manager included) held at that version, and a re-run changes nothing."""
-    env, cwd = lab["env"], lab["cwd"]
+def test_branch_change_rolls_out_host_by_host_with_a_health_gate(lab: dict[str, Any]) -> None:
+    """``driver.branch: "550"`` (the lab's ``auto`` is 580 on Debian 12, 570 on the 20.04 stand-in): ``apply`` stops
+    with the plan until the change is confirmed. ``gpuprov upgrade --serial 1`` confirms it: a process that holds
+    the first host's GPUs and ignores SIGTERM stops the rollout there before anything changed (its services
+    started again), the second host is left untouched and the resume command is printed; the resume command with
+    ``--kill-holders`` moves both hosts, one after the other, to 550 with the whole driver set (Fabric Manager
+    included) held at that version, each passing the verify ladder; a re-run of the role changes nothing."""
+    env, cwd, fleet = lab["env"], lab["cwd"], lab["fleet"]
     hosts = _status(lab)
+    first, second = (h["name"] for h in hosts)
     before = {h["name"]: driver_packages(h["container"]) for h in hosts}
     assert all(pkgs and not any(v.startswith("550.") for v, _ in pkgs.values()) for pkgs in before.values()), before
 
@@ -364,12 +369,22 @@ def test_branch_change_from_the_fleet_file(lab: dict[str, Any]) -> None:
     assert "allow_branch_change" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
     assert {h["name"]: driver_packages(h["container"]) for h in hosts} == before
 
-    document["settings"]["driver"]["allow_branch_change"] = True
-    moved_fleet.write_text(yaml.safe_dump(document, sort_keys=False))
-    # the driver role owns the whole driver set, Fabric Manager included
-    moved = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", "--json", str(cwd / "moved.json"), env=env,
-                    cwd=cwd)
+    # a holder the GPU services do not own, that SIGTERM does not end (a device file of the lab's own)
+    ssh(fleet, first, "sudo touch /dev/nvidia-upgrade-test && sudo setsid sh -c "
+                      "'trap \"\" TERM; exec 3</dev/nvidia-upgrade-test; sleep 3600' </dev/null >/dev/null 2>&1 &")
+    stopped = gpuprov("upgrade", str(moved_fleet), "--serial", "1", env=env, cwd=cwd)
+    out = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 3, out
+    assert "hold the GPU device files" in out and "/dev/nvidia-upgrade-test" in out, out
+    assert f"left untouched ({second})" in out, out
+    resume = out.split("resume with:", 1)[1].split()
+    assert resume[:3] == ["gpuprov", "upgrade", str(moved_fleet)] and resume[-2:] == ["--limit", f"{first},{second}"]
+    assert {h["name"]: driver_packages(h["container"]) for h in hosts} == before
+    assert ssh(fleet, first, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+
+    moved = gpuprov(*resume[1:], "--kill-holders", "--json", str(cwd / "moved.json"), env=env, cwd=cwd)
     assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert ssh(fleet, first, "pgrep -f 'sleep 3600'", check=False).returncode == 1  # the holder was ended
     for host in hosts:
         packages = driver_packages(host["container"])
         assert any(name.startswith("nvidia-driver-550") for name in packages), packages
@@ -378,6 +393,8 @@ def test_branch_change_from_the_fleet_file(lab: dict[str, Any]) -> None:
                    if name.startswith(("nvidia-driver-", "nvidia-dkms-", "libnvidia-compute-",
                                        "nvidia-fabricmanager-", "nvidia-utils-"))}
         assert coupled and all(v.startswith("550.") and held for v, held in coupled.values()), coupled
+    report = summary(cwd / "moved.json")
+    assert set(report) == {first, second} and all(not h["failed"] for h in report.values()), report
 
     again = gpuprov("apply", str(moved_fleet), "--role", "nvidia_driver", "--json", str(cwd / "again.json"),
                     env=env, cwd=cwd)

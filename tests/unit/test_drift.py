@@ -358,3 +358,15 @@ def test_a_runfile_driver_is_read_from_the_installers_record(nvml: dict[str, Any
     # no record: the package rules decide, as before
     none = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version=""))
     assert none["driver"]["installed"]["runfile_version"] is None and "runfile" not in none["driver"]["note"]
+def test_an_unfinished_upgrade_is_drift_naming_what_it_left_stopped() -> None:
+    import base64
+    import json
+
+    from gpuprov.drift import compare
+
+    marker = {"stage": "stopped", "units": ["nvidia-dcgm.service"], "containers": [{"id": "c1", "name": "trainer"}]}
+    encoded = base64.b64encode(json.dumps(marker).encode()).decode()
+    entry = compare({"desired": {}, "installed": {"upgrade_marker": encoded}})["upgrade"]
+    assert entry["in_sync"] is False and entry["installed"] == marker
+    assert "stage stopped with nvidia-dcgm.service, trainer stopped" in entry["note"]
+    assert compare({"desired": {}, "installed": {}})["upgrade"]["in_sync"] is True

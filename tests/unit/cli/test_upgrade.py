@@ -1,0 +1,123 @@
+"""``gpuprov upgrade``: option checks, the per-host report and the resume command, the upgrade facts the event
+collector keeps, and the canary group in the rendered inventory (the rollout itself runs in the lab's main job,
+tests/integration/test_lab.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from rich.console import Console
+
+from gpuprov.accounting import EventCollector, HostResult
+from gpuprov.cli import cli
+from gpuprov.cli.upgrade import report
+from gpuprov.engine import ApplyOptions
+from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
+from gpuprov.fleet import FleetValidationError, load_fleet
+from gpuprov.render import CANARY_GROUP, inventory_files
+from gpuprov.runner import RunResult
+
+FLEET = """\
+version: 1
+settings: {os: debian12, gpus: {model: H200, count: 2}}
+hosts:
+  gpu01: {address: 10.0.0.11, canary: true}
+  gpu02: {address: 10.0.0.12}
+  gpu03: {address: 10.0.0.13}
+"""
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--serial", "0", "not a host count or a percentage"),
+    ("--serial", "150%", "not a host count or a percentage"),
+    ("--serial", "two", "not a host count or a percentage"),
+    ("--max-fail", "101", "not a percentage from 0 to 100"),
+    ("--max-fail", "-5%", "not a percentage from 0 to 100"),
+])
+def test_bad_batch_options_exit_2_before_anything_runs(tmp_path: Path, option: str, value: str, says: str) -> None:
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text(FLEET)
+    result = CliRunner().invoke(cli, ["upgrade", str(fleet), option, value])
+    assert result.exit_code == 2
+    assert says in result.output and option in result.output
+
+
+def test_canaries_are_a_group_of_the_rendered_inventory(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text(FLEET)
+    files = inventory_files(load_fleet(fleet))
+    children = files["hosts.yml"]["all"]["children"]
+    assert children[CANARY_GROUP] == {"hosts": {"gpu01": {}}}
+
+
+def test_a_fleet_group_may_not_take_the_canary_group_name(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yml"
+    document = yaml.safe_load(FLEET)
+    document["groups"] = {CANARY_GROUP: {}}
+    fleet.write_text(yaml.safe_dump(document))
+    with pytest.raises(FleetValidationError, match=f"group name '{CANARY_GROUP}' is reserved"):
+        load_fleet(fleet)
+
+
+def _host(name: str, *, failed: int = 0, changed: int = 0, stage: str = "verified") -> HostResult:
+    host = HostResult(name=name, ok=5, failed=failed, changed=changed)
+    host.upgrade = {"stage": stage, "units": ["nvidia-persistenced.service"], "containers": [{"id": "c1", "name": "trainer"}],
+                    "holders": [{"pid": 4242, "command": "python3"}] if failed else []}
+    if failed:
+        host.failures = [{"role": "(play)", "task": "Upgrade | Check that nothing else holds the GPUs",
+                          "msg": "1 process(es) hold the GPU device files: pid 4242", "action": "", "item": "",
+                          "state": "failed"}]
+    return host
+
+
+def _result(tmp_path: Path, *hosts: HostResult) -> RunResult:
+    t0 = dt.datetime(2026, 12, 6, tzinfo=dt.timezone.utc)
+    return RunResult(status="failed", rc=2, run_dir=tmp_path, artifact_dir=tmp_path,
+                     hosts={h.name: h for h in hosts}, started=t0, finished=t0)
+
+
+def _report(result: RunResult, check: bool = False, unread: list[str] | None = None) -> tuple[int, str]:
+    out = io.StringIO()
+    options = ApplyOptions(fleet=Path("fleet.yml"), check=check, argv=["upgrade", "fleet.yml", "--serial", "1"],
+                           playbook="upgrade")
+    code = report(result, 0, options, ["gpu01", "gpu02", "gpu03"], unread or [],
+                  Console(file=out, width=200, color_system=None))
+    return code, out.getvalue()
+
+
+def test_a_failed_host_stops_the_rollout_and_the_resume_command_names_it_and_the_untouched(tmp_path: Path) -> None:
+    code, text = _report(_result(tmp_path, _host("gpu01"), _host("gpu02", failed=1, stage="planned")))
+    assert code == EXIT_HOSTS_FAILED
+    assert "rollout stopped: 1 host(s) failed (gpu02); 1 left untouched (gpu03)" in text
+    assert "pid 4242" in text and "stopped before any change" in text
+    assert text.rstrip().endswith("gpuprov upgrade fleet.yml --serial 1 --limit gpu02,gpu03")
+
+
+def test_every_host_moved_exits_0(tmp_path: Path) -> None:
+    code, text = _report(_result(tmp_path, _host("gpu01"), _host("gpu02"), _host("gpu03")))
+    assert code == 0 and text.count("upgraded and verified") == 3 and "resume" not in text
+
+
+def test_check_reports_the_plan_and_exits_1(tmp_path: Path) -> None:
+    hosts = [_host(n, changed=3, stage="planned") for n in ("gpu01", "gpu02", "gpu03")]
+    code, text = _report(_result(tmp_path, *hosts), check=True)
+    assert code == EXIT_DRIFT and text.count("would change") == 3 and "nvidia-persistenced.service" in text
+
+
+def test_hosts_whose_stack_could_not_be_read_join_the_resume_command(tmp_path: Path) -> None:
+    code, text = _report(_result(tmp_path, _host("gpu01"), _host("gpu02"), _host("gpu03")), unread=["gpu04"])
+    assert code == EXIT_HOSTS_FAILED and text.rstrip().endswith("--limit gpu04")
+
+
+def test_the_collector_keeps_the_latest_upgrade_fact() -> None:
+    collector = EventCollector()
+    for stage in ("planned", "stopped"):
+        collector({"event": "runner_on_ok", "event_data": {
+            "host": "gpu01", "task": "Upgrade | Record the stage",
+            "res": {"ansible_facts": {"gpuprov_upgrade": {"stage": stage}}}}})
+    assert collector.hosts["gpu01"].upgrade == {"stage": "stopped"}

@@ -1,0 +1,107 @@
+"""gpu_holders: the /proc scan for processes holding GPU device files, ending them, and the Docker containers that
+use the GPUs (a real child process holds a stand-in device file under a temporary prefix)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.gpuprov.gpu.plugins.module_utils import gpu_holders
+from ansible_collections.gpuprov.gpu.plugins.modules.gpu_holders import uses_gpus
+
+HOLD = "import sys, time; f = open(sys.argv[1]); print('ready', flush=True); time.sleep(600)"
+# ignores SIGTERM: only SIGKILL ends it
+STUBBORN = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); f = open(sys.argv[1]); "
+            "print('ready', flush=True); time.sleep(600)")
+
+
+@pytest.fixture
+def device(tmp_path: Path) -> Path:
+    path = tmp_path / "nvidia0"
+    path.write_text("")
+    return path
+
+
+def _start(code: str, path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.fixture
+def holder(device: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = _start(HOLD, device)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_process_holding_a_device_file_is_listed_with_its_command_user_and_file(
+        device: Path, holder: subprocess.Popen[str]) -> None:
+    found = gpu_holders.device_holders(prefix=str(device.parent / "nvidia"))
+    assert [h["pid"] for h in found] == [holder.pid]
+    entry = found[0]
+    assert entry["devices"] == [str(device)]
+    assert entry["command"].startswith("python")
+    assert HOLD[:20] in entry["cmdline"]
+    assert entry["user"] not in ("", "?")
+    assert f"pid {holder.pid} (" in gpu_holders.describe(entry)
+
+
+def test_excluded_pids_and_other_files_are_not_listed(device: Path, holder: subprocess.Popen[str]) -> None:
+    assert gpu_holders.device_holders(prefix=str(device.parent / "nvidia"), exclude={holder.pid}) == []
+    assert gpu_holders.device_holders(prefix=str(device.parent / "nvidiactl")) == []
+
+
+def test_end_processes_terminates_then_kills_what_ignores_sigterm(device: Path) -> None:
+    polite, stubborn = _start(HOLD, device), _start(STUBBORN, device)
+    try:
+        ended, remaining = gpu_holders.end_processes([polite.pid, stubborn.pid], timeout_s=1.0)
+        assert (ended, remaining) == (sorted([polite.pid, stubborn.pid]), [])
+        assert polite.wait(5) == -15 and stubborn.wait(5) == -9
+        assert gpu_holders.device_holders(prefix=str(device.parent / "nvidia")) == []
+    finally:
+        for proc in (polite, stubborn):
+            proc.kill()
+            proc.wait()
+
+
+def test_end_processes_never_signals_pid_1() -> None:
+    assert gpu_holders.end_processes([1], timeout_s=0.1) == ([], [])
+
+
+def test_ancestors_run_from_the_process_up_to_init() -> None:
+    chain = gpu_holders.ancestors(os.getpid())
+    assert chain[:2] == [os.getpid(), os.getppid()]
+    assert len(chain) == len(set(chain))
+
+
+def test_an_unreadable_proc_root_lists_nothing() -> None:
+    assert gpu_holders.device_holders(proc_root="/nonexistent") == []
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"HostConfig": {"Runtime": "nvidia"}}, True),
+    ({"HostConfig": {"Runtime": "runc", "DeviceRequests": [{"Driver": "", "Count": -1,
+                                                            "Capabilities": [["gpu"]]}]}}, True),
+    ({"HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=all"]}]}}, True),
+    ({"HostConfig": {"Runtime": "runc", "DeviceRequests": None}}, False),
+    ({}, False),
+])
+def test_containers_using_the_gpus(config: dict[str, Any], expected: bool) -> None:
+    assert uses_gpus(config) is expected
+
+
+def test_loaded_nvidia_modules_come_from_proc_modules(tmp_path: Path) -> None:
+    (tmp_path / "modules").write_text(
+        "nvidia_uvm 1916928 0 - Live 0x0000000000000000 (OE)\n"
+        "nvidia_drm 135168 2 - Live 0x0000000000000000 (OE)\n"
+        "nvme 61440 3 - Live 0x0000000000000000\n"
+        "nvidia 104091648 2 nvidia_uvm,nvidia_drm, Live 0x0000000000000000 (OE)\n")
+    assert gpu_holders.loaded_modules(str(tmp_path)) == ["nvidia_uvm", "nvidia_drm", "nvidia"]
+    assert gpu_holders.loaded_modules(str(tmp_path / "absent")) == []
