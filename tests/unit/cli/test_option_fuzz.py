@@ -1,8 +1,9 @@
 """Every command's options driven with generated values: never a traceback, bad values exit 2.
 
-Commands that would reach hosts get a fleet file that fails validation, so their option handling runs
-and nothing is touched; ``lab`` (it starts and removes containers), ``doctor --fix``, ``--local``,
-``bundle --download`` and ``images run --follow`` (a service that would keep running) are left out.
+Commands that would reach hosts (apply, check, facts, doctor, verify, upgrade) get a fleet file that fails
+validation, so their option handling runs and nothing is touched; ``lab`` (it starts and removes containers),
+``doctor --fix``, ``--local``, ``bundle --download`` and ``images run --follow`` (a service that would keep
+running) are left out.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def test_generated_options_never_traceback(path: tuple[str, ...], cmd: click.Com
         if (" ".join(path), param.name) in LEFT_OUT or (path[0], param.name) in LEFT_OUT:
             continue
         if isinstance(param, click.Argument):
-            fleet = BAD_FLEET if path[0] in ("apply", "check", "facts", "doctor", "verify") else GOOD_FLEET
+            fleet = BAD_FLEET if path[0] in ("apply", "check", "facts", "doctor", "verify", "upgrade") else GOOD_FLEET
             given_value = data.draw(st.one_of(st.just(str(fleet)), _value(param)), label=param.name or "")
             args.append(given_value)
             continue
