@@ -77,12 +77,13 @@ auto_installed:
   returned: always
 paths:
   description: >-
-    Path -> C(exists), C(islnk), C(isdir), C(isreg) and C(lnk_source) (the link's target resolved to an absolute
-    path, as M(ansible.builtin.stat) reports it; null when not a link).
+    Path -> C(exists), C(islnk), C(isdir), C(isreg), C(lnk_source) (the link's target resolved to an absolute
+    path, as M(ansible.builtin.stat) reports it; null when not a link), C(mode) (permission bits, four octal
+    digits), C(uid) and C(gid) (null when the path does not exist).
   type: dict
   returned: always
   sample: {"/usr/local/cuda": {"exists": true, "islnk": true, "isdir": false, "isreg": false,
-           "lnk_source": "/etc/alternatives/cuda"}}
+           "lnk_source": "/usr/local/cuda-12.8", "mode": "0777", "uid": 0, "gid": 0}}
 files:
   description: Path -> text content (UTF-8, undecodable bytes replaced), or null when it cannot be read.
   type: dict
@@ -96,6 +97,7 @@ commands:
 """
 
 import os
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import EXTENDED_STATES, parse_extended_states
@@ -103,16 +105,24 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import dpkg_query_
 
 
 def path_state(path):
-    """``{exists, islnk, isdir, isreg, lnk_source}`` of ``path`` from lstat (links not followed)."""
-    if not os.path.lexists(path):
-        return {"exists": False, "islnk": False, "isdir": False, "isreg": False, "lnk_source": None}
-    islnk = os.path.islink(path)
+    """``{exists, islnk, isdir, isreg, lnk_source, mode, uid, gid}`` of ``path`` from lstat (links not followed);
+    ``mode`` is the permission bits as four octal digits (``"0644"``), None with ``uid`` and ``gid`` when the
+    path does not exist."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"exists": False, "islnk": False, "isdir": False, "isreg": False, "lnk_source": None,
+                "mode": None, "uid": None, "gid": None}  # fmt: skip
+    islnk = stat.S_ISLNK(st.st_mode)
     return {
         "exists": True,
         "islnk": islnk,
-        "isdir": not islnk and os.path.isdir(path),
-        "isreg": not islnk and os.path.isfile(path),
+        "isdir": stat.S_ISDIR(st.st_mode),
+        "isreg": stat.S_ISREG(st.st_mode),
         "lnk_source": os.path.realpath(path) if islnk else None,
+        "mode": "%04o" % stat.S_IMODE(st.st_mode),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
     }
 
 

@@ -4,6 +4,7 @@ this machine's dpkg."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -42,21 +43,9 @@ def test_paths_files_and_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
         capsys,
     )
     assert code == 0 and result["changed"] is False
-    assert result["paths"][lib] == {
-        "exists": True,
-        "islnk": True,
-        "isdir": False,
-        "isreg": False,
-        "lnk_source": str(tmp_path / "libnccl.so.2.26.2"),
-    }
-    assert result["paths"][str(tmp_path)]["isdir"] is True
-    assert result["paths"][absent] == {
-        "exists": False,
-        "islnk": False,
-        "isdir": False,
-        "isreg": False,
-        "lnk_source": None,
-    }
+    link = result["paths"][lib]
+    assert (link["exists"], link["islnk"], link["isdir"], link["isreg"]) == (True, True, False, False)
+    assert link["lnk_source"] == str(tmp_path / "libnccl.so.2.26.2")
     assert result["files"] == {header: "#define NCCL_MAJOR 2\n", bad: "\ufffd\n", absent: None}
     assert result["commands"]["echo"] == {"rc": 0, "stdout": "ok\n", "stderr": ""}
     assert result["commands"]["fails"]["rc"] == 1  # returned, not a failure
@@ -65,6 +54,13 @@ def test_paths_files_and_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert result["commands"]["gone"]["rc"] == 127  # an absolute path that does not exist: not run
     # no packages asked for: none read
     assert result["versions"] == {} and result["selections"] == {} and result["auto_installed"] == []
+    Path(header).chmod(0o640)
+    code, result = run({"paths": [header, str(tmp_path), absent]}, capsys)
+    assert result["paths"][header]["mode"] == "0640" and result["paths"][header]["isreg"] is True
+    assert result["paths"][header]["uid"] == os.getuid() and result["paths"][header]["gid"] == os.getgid()
+    assert result["paths"][str(tmp_path)]["isdir"] is True
+    assert result["paths"][absent] == {"exists": False, "islnk": False, "isdir": False, "isreg": False,
+                                       "lnk_source": None, "mode": None, "uid": None, "gid": None}  # fmt: skip
 
 
 def test_a_command_that_is_not_an_argv_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
