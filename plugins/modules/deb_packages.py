@@ -111,31 +111,18 @@ ansible_facts:
   returned: when package_facts is true
 """
 
-import sys
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.respawn import probe_interpreters_for_module
-from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import EXTENDED_STATES, parse_extended_states
+from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import (
+    EXTENDED_STATES,
+    parse_extended_states,
+    python_apt_interpreter,
+)
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
     as_package_facts,
     dpkg_query_argv,
     missing_names,
     parse_dpkg_query,
 )
-
-# The interpreters ansible.builtin.apt falls back to when its own cannot import apt (ansible-core 2.17-2.19).
-APT_INTERPRETERS = ["/usr/bin/python3", "/usr/bin/python"]
-
-
-def python_apt_interpreter():
-    """The interpreter that can import python3-apt's ``apt``: this one first, then APT_INTERPRETERS; or None."""
-    try:
-        import apt  # noqa: F401  (probe only)
-        import apt_pkg  # noqa: F401
-    except ImportError:
-        return probe_interpreters_for_module(APT_INTERPRETERS, "apt")
-    return sys.executable
-
 
 def main():
     module = AnsibleModule(
