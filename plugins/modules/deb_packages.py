@@ -124,6 +124,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
     parse_dpkg_query,
 )
 
+
 def main():
     module = AnsibleModule(
         argument_spec={
