@@ -127,6 +127,10 @@ def test_module_reads_the_real_dpkg_database(module: ModuleType, capsys: pytest.
                                                            text=True, check=True).stdout.strip()
     assert result["ansible_facts"]["packages"]["libc6"][0]["version"] == _dpkg_version("libc6")
     assert set(result["installed"]) <= set(result["packages"])
+    # the shape deb_apt_state and host_state return, for the apt_pending / not_held filters
+    assert result["versions"] == {k: v["version"] for k, v in result["packages"].items() if v["status"] == "installed"}
+    assert result["selections"] == {k: v["selection"] for k, v in result["packages"].items()}
+    assert set(result["auto_installed"]) <= set(result["versions"])
 
 
 @needs_dpkg
