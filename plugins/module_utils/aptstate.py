@@ -11,6 +11,9 @@ two files apt itself consults instead. Kept free of AnsibleModule so unit tests 
 from __future__ import annotations
 
 import os
+import sys
+
+from ansible.module_utils.common.respawn import probe_interpreters_for_module
 
 #: apt's record of automatically installed packages (apt-mark auto/manual writes it).
 EXTENDED_STATES = "/var/lib/apt/extended_states"
@@ -63,3 +66,17 @@ def lists_age(now, mtime):
     if not mtime:
         return None
     return round(now - mtime, 1)
+
+
+# The interpreters ansible.builtin.apt falls back to when its own cannot import apt (ansible-core 2.17-2.19).
+APT_INTERPRETERS = ["/usr/bin/python3", "/usr/bin/python"]
+
+
+def python_apt_interpreter():
+    """The interpreter that can import python3-apt's ``apt``: this one first, then APT_INTERPRETERS; or None."""
+    try:
+        import apt  # noqa: F401  (probe only)
+        import apt_pkg  # noqa: F401
+    except ImportError:
+        return probe_interpreters_for_module(APT_INTERPRETERS, "apt")
+    return sys.executable

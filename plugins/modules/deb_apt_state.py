@@ -17,6 +17,8 @@ description:
     automatically-installed marks from C(/var/lib/apt/extended_states) (M(ansible.builtin.apt) marks every
     package it is asked to keep present as manually installed); the lists' age from the file
     M(ansible.builtin.apt) compares C(cache_valid_time) against.
+  - Also reports whether python3-apt is usable the way M(ansible.builtin.apt) looks for it (as M(deb_packages)
+    does), so a role needs no second call to decide whether apt can run at all.
   - Changes nothing on the host; check mode is fully supported and reads the same state.
 options: {}
 author: gpuprov contributors
@@ -66,6 +68,14 @@ apt_lists_age_s:
     C(cache_valid_time); null when they never were.
   type: float
   returned: always
+python_apt:
+  description: Whether python3-apt is usable by M(ansible.builtin.apt) on this host.
+  type: bool
+  returned: always
+python_apt_interpreter:
+  description: The interpreter that imports C(apt) (this module's own first), or null.
+  type: str
+  returned: always
 """
 
 import time
@@ -76,6 +86,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import (
     lists_age,
     lists_mtime,
     parse_extended_states,
+    python_apt_interpreter,
 )
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import dpkg_query_argv, parse_dpkg_query
 
@@ -98,6 +109,7 @@ def main():
         auto = []
     except OSError as exc:
         module.fail_json(msg=f"cannot read {EXTENDED_STATES}: {exc}")
+    interpreter = python_apt_interpreter()
     module.exit_json(
         changed=False,
         versions=versions,
@@ -105,6 +117,8 @@ def main():
         held=sorted(k for k, v in packages.items() if v["selection"] == "hold"),
         auto_installed=auto,
         apt_lists_age_s=lists_age(time.time(), lists_mtime()),
+        python_apt=interpreter is not None,
+        python_apt_interpreter=interpreter,
     )
 
 

@@ -79,6 +79,20 @@ missing:
   description: Requested plain names (not patterns) that are not installed, in request order.
   type: list
   returned: always
+versions:
+  description: Installed package (status installed) -> version, as M(deb_apt_state) returns it.
+  type: dict
+  returned: always
+selections:
+  description: Package -> selection (install, hold, deinstall, purge), as M(deb_apt_state) returns it.
+  type: dict
+  returned: always
+auto_installed:
+  description: >-
+    Installed packages among those read that apt marks automatically installed (C(/var/lib/apt/extended_states)),
+    sorted; with RV(versions) what the gpuprov.gpu.apt_pending filter decides from.
+  type: list
+  returned: always
 native_architecture:
   description: C(dpkg --print-architecture).
   type: str
@@ -97,29 +111,18 @@ ansible_facts:
   returned: when package_facts is true
 """
 
-import sys
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.respawn import probe_interpreters_for_module
+from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import (
+    EXTENDED_STATES,
+    parse_extended_states,
+    python_apt_interpreter,
+)
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
     as_package_facts,
     dpkg_query_argv,
     missing_names,
     parse_dpkg_query,
 )
-
-# The interpreters ansible.builtin.apt falls back to when its own cannot import apt (ansible-core 2.17-2.19).
-APT_INTERPRETERS = ["/usr/bin/python3", "/usr/bin/python"]
-
-
-def python_apt_interpreter():
-    """The interpreter that can import python3-apt's ``apt``: this one first, then APT_INTERPRETERS; or None."""
-    try:
-        import apt  # noqa: F401  (probe only)
-        import apt_pkg  # noqa: F401
-    except ImportError:
-        return probe_interpreters_for_module(APT_INTERPRETERS, "apt")
-    return sys.executable
 
 
 def main():
@@ -143,12 +146,21 @@ def main():
         module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}", rc=rc)
     packages = parse_dpkg_query(out, native)
     interpreter = python_apt_interpreter()
+    versions = {k: v["version"] for k, v in packages.items() if v["status"] == "installed"}
+    try:
+        with open(EXTENDED_STATES, encoding="utf-8", errors="replace") as handle:
+            auto = [n for n in parse_extended_states(handle.read(), native) if n in versions]
+    except OSError:
+        auto = []
     result = {
         "changed": False,
         "packages": packages,
         "installed": sorted(k for k, v in packages.items() if v["status"] == "installed"),
         "held": sorted(k for k, v in packages.items() if v["selection"] == "hold"),
         "missing": missing_names(names, packages),
+        "versions": versions,
+        "selections": {k: v["selection"] for k, v in packages.items()},
+        "auto_installed": auto,
         "native_architecture": native,
         "python_apt": interpreter is not None,
         "python_apt_interpreter": interpreter,

@@ -86,6 +86,9 @@ def test_module_reads_this_machine(module: ModuleType, capsys: pytest.CaptureFix
     )["dpkg"]["version"]
     assert result["selections"]["dpkg"] in ("install", "hold")
     assert set(result["auto_installed"]) <= set(result["versions"])
+    # the venv's Python cannot import apt: found only through a system Python, as deb_packages reports it
+    assert result["python_apt"] is (result["python_apt_interpreter"] is not None)
+    assert result["python_apt_interpreter"] in (None, *APTSTATE.APT_INTERPRETERS)
     mtime = APTSTATE.lists_mtime()
     if mtime:
         assert abs(result["apt_lists_age_s"] - (time.time() - mtime)) < 60

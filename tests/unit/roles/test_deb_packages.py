@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.gpuprov.gpu.plugins.module_utils import deb
+from ansible_collections.gpuprov.gpu.plugins.module_utils import aptstate, deb
 from ansible_collections.gpuprov.gpu.plugins.modules import deb_packages
 
 UTILS = deb
@@ -127,6 +127,10 @@ def test_module_reads_the_real_dpkg_database(module: ModuleType, capsys: pytest.
                                                            text=True, check=True).stdout.strip()
     assert result["ansible_facts"]["packages"]["libc6"][0]["version"] == _dpkg_version("libc6")
     assert set(result["installed"]) <= set(result["packages"])
+    # the shape deb_apt_state and host_state return, for the apt_pending / not_held filters
+    assert result["versions"] == {k: v["version"] for k, v in result["packages"].items() if v["status"] == "installed"}
+    assert result["selections"] == {k: v["selection"] for k, v in result["packages"].items()}
+    assert set(result["auto_installed"]) <= set(result["versions"])
 
 
 @needs_dpkg
@@ -135,13 +139,13 @@ def test_module_reports_python_apt_as_apt_would_find_it(module: ModuleType, caps
     # This interpreter (the venv) cannot import apt; the answer is whatever the system Pythons can.
     probe = subprocess.run([sys.executable, "-c", "import apt, apt_pkg"], capture_output=True, check=False)
     assert probe.returncode != 0
-    expected = next((p for p in module.APT_INTERPRETERS if shutil.which(p) and subprocess.run(
+    expected = next((p for p in aptstate.APT_INTERPRETERS if shutil.which(p) and subprocess.run(
         [p, "-c", "import apt"], capture_output=True, check=False).returncode == 0), None)
     result = _run(module, {"names": ["dpkg"]}, capsys)
     assert result["python_apt"] is (expected is not None)
     assert result["python_apt_interpreter"] == expected
     # nowhere to find it: reported as missing, no failure
-    monkeypatch.setattr(module, "APT_INTERPRETERS", ["/nonexistent/python3"])
+    monkeypatch.setattr(aptstate, "APT_INTERPRETERS", ["/nonexistent/python3"])
     result = _run(module, {"names": ["dpkg"]}, capsys)
     assert result["python_apt"] is False
     assert result["python_apt_interpreter"] is None
