@@ -61,8 +61,8 @@ def command(fleet: Path, out_dir: Path, download: bool, base_url: str) -> None:
     for os_name in manifest["oses"]:
         console.print(f"# serve {out_dir} at {base_url}, then in the fleet file for the {os_name} hosts:",
                       markup=False)
-        console.print(bundle.snippet(fingerprint, base_url, os_name), markup=False, end="")
+        console.print(bundle.snippet(fingerprint, base_url, os_name), markup=False, end="", soft_wrap=True)
     if manifest["files"]:
         console.print(f"# NVIDIA's files are in {out_dir / 'files'}; in the fleet file, for the hosts named:",
                       markup=False)
-        console.print(files_snippet(manifest["files"], base_url), markup=False, end="")
+        console.print(files_snippet(manifest["files"], base_url), markup=False, end="", soft_wrap=True)

@@ -14,12 +14,14 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Collection, Iterable
+from typing import Any
 
 #: Device files a GPU process opens: /dev/nvidia0..N, /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-caps/*.
 DEVICE_PREFIX = "/dev/nvidia"
 
 
-def _read(path):
+def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
@@ -27,7 +29,7 @@ def _read(path):
         return None
 
 
-def _owner(proc_root, pid):
+def _owner(proc_root: str, pid: str) -> str:
     status = _read(os.path.join(proc_root, pid, "status")) or ""
     for line in status.splitlines():
         if line.startswith("Uid:"):
@@ -41,7 +43,7 @@ def _owner(proc_root, pid):
     return "?"
 
 
-def ancestors(pid, proc_root="/proc"):
+def ancestors(pid: int, proc_root: str = "/proc") -> list[int]:
     """``pid`` and every parent up to pid 1, as ints (from ``<proc_root>/<pid>/stat``)."""
     chain = []
     while pid > 0 and pid not in chain:
@@ -54,7 +56,8 @@ def ancestors(pid, proc_root="/proc"):
     return chain
 
 
-def device_holders(proc_root="/proc", prefix=DEVICE_PREFIX, exclude=()):
+def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
+                   exclude: Collection[int] = ()) -> list[dict[str, Any]]:
     """Processes with a file under ``prefix`` open, from a ``<proc_root>/*/fd`` scan, except the pids in
     ``exclude``.
 
@@ -62,7 +65,7 @@ def device_holders(proc_root="/proc", prefix=DEVICE_PREFIX, exclude=()):
         ``[{"pid": int, "command": str, "cmdline": str, "user": str, "devices": [str, ...]}]`` by pid;
         ``command`` is the kernel's short name (``comm``), ``cmdline`` the arguments joined by spaces.
     """
-    found = []
+    found: list[dict[str, Any]] = []
     try:
         pids = [p for p in os.listdir(proc_root) if p.isdigit() and int(p) not in exclude]
     except OSError:
@@ -89,20 +92,20 @@ def device_holders(proc_root="/proc", prefix=DEVICE_PREFIX, exclude=()):
     return found
 
 
-def loaded_modules(proc_root="/proc", prefix="nvidia"):
+def loaded_modules(proc_root: str = "/proc", prefix: str = "nvidia") -> list[str]:
     """Names of the loaded kernel modules that begin with ``prefix``, from ``<proc_root>/modules``, in its order
     (newest first); empty when the file cannot be read (a container without it)."""
     text = _read(os.path.join(proc_root, "modules")) or ""
     return [line.split(" ", 1)[0] for line in text.splitlines() if line.startswith(prefix)]
 
 
-def describe(holder):
+def describe(holder: dict[str, Any]) -> str:
     """One line naming a holder: ``pid 4242 (python3, user ml): python3 train.py - /dev/nvidia0``."""
     return "pid %d (%s, user %s): %s - %s" % (holder["pid"], holder["command"], holder["user"],
                                                holder["cmdline"] or holder["command"], ", ".join(holder["devices"]))
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -114,7 +117,7 @@ def _alive(pid):
     return not (stat and stat.rsplit(")", 1)[1].split()[0] == "Z")
 
 
-def end_processes(pids, timeout_s=10.0, poll_s=0.1):
+def end_processes(pids: Iterable[int], timeout_s: float = 10.0, poll_s: float = 0.1) -> tuple[list[int], list[int]]:
     """SIGTERM each of ``pids``, wait up to ``timeout_s`` seconds for them to exit, then SIGKILL the rest and
     wait as long again. Never signals pid 1.
 

@@ -92,6 +92,7 @@ remaining:
 
 import json
 import os
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import (
@@ -103,7 +104,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import (
 )
 
 
-def uses_gpus(config):
+def uses_gpus(config: dict[str, Any]) -> bool:
     """Whether a ``docker inspect`` document runs with the GPUs: the nvidia runtime, a device request for the
     nvidia driver or the gpu capability, or a CDI device of kind nvidia.com/gpu."""
     host = config.get("HostConfig") or {}
@@ -118,7 +119,7 @@ def uses_gpus(config):
     return False
 
 
-def gpu_containers(module):
+def gpu_containers(module: AnsibleModule) -> list[dict[str, str]]:
     """Running Docker containers that use the GPUs: ``[{id, name, image}]``; empty without a docker that answers."""
     docker = module.get_bin_path("docker")
     if not docker:
@@ -136,7 +137,7 @@ def gpu_containers(module):
              "image": (c.get("Config") or {}).get("Image", "")} for c in configs if uses_gpus(c)]
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "end": {"type": "bool", "default": False},
@@ -152,7 +153,8 @@ def main():
     exclude = set(ancestors(os.getpid(), p["proc_root"]))
     holders = device_holders(p["proc_root"], p["prefix"], exclude)
     pids = [h["pid"] for h in holders]
-    ended, remaining = [], pids
+    ended: list[int] = []
+    remaining: list[int] = pids
     if p["end"] and pids and not module.check_mode:
         ended, remaining = end_processes(pids, p["timeout_s"])
     result = {"changed": bool(ended) or (p["end"] and bool(pids) and module.check_mode),

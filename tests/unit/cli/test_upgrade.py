@@ -66,7 +66,8 @@ def test_a_fleet_group_may_not_take_the_canary_group_name(tmp_path: Path) -> Non
 
 def _host(name: str, *, failed: int = 0, changed: int = 0, stage: str = "verified") -> HostResult:
     host = HostResult(name=name, ok=5, failed=failed, changed=changed)
-    host.upgrade = {"stage": stage, "units": ["nvidia-persistenced.service"], "containers": [{"id": "c1", "name": "trainer"}],
+    host.upgrade = {"stage": stage, "units": ["nvidia-persistenced.service"],
+                    "containers": [{"id": "c1", "name": "trainer"}],
                     "holders": [{"pid": 4242, "command": "python3"}] if failed else []}
     if failed:
         host.failures = [{"role": "(play)", "task": "Upgrade | Check that nothing else holds the GPUs",
