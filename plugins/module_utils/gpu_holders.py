@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 #: Device files a GPU process opens: /dev/nvidia0..N, /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-caps/*.
@@ -56,6 +56,27 @@ def ancestors(pid: int, proc_root: str = "/proc") -> list[int]:
     return chain
 
 
+def open_files(proc_root: str = "/proc", exclude: Collection[int] = ()) -> Iterator[tuple[str, list[str]]]:
+    """``(pid, [fd path, ...])`` for each process under ``proc_root`` whose ``fd`` folder can be read, by pid, except
+    the pids in ``exclude``; each fd path (``/proc/<pid>/fd/<n>``) can be ``os.readlink``-ed or ``os.stat``-ed."""
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdigit() and int(p) not in exclude]
+    except OSError:
+        return
+    for pid in sorted(pids, key=int):
+        fd_dir = os.path.join(proc_root, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        yield pid, [os.path.join(fd_dir, fd) for fd in fds]
+
+
+def command_name(proc_root: str, pid: str) -> str:
+    """The kernel's short name of process ``pid`` (``comm``), ``?`` when it cannot be read."""
+    return (_read(os.path.join(proc_root, pid, "comm")) or "?").strip()
+
+
 def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
                    exclude: Collection[int] = ()) -> list[dict[str, Any]]:
     """Processes with a file under ``prefix`` open, from a ``<proc_root>/*/fd`` scan, except the pids in
@@ -66,20 +87,11 @@ def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
         ``command`` is the kernel's short name (``comm``), ``cmdline`` the arguments joined by spaces.
     """
     found: list[dict[str, Any]] = []
-    try:
-        pids = [p for p in os.listdir(proc_root) if p.isdigit() and int(p) not in exclude]
-    except OSError:
-        return found
-    for pid in sorted(pids, key=int):
-        fd_dir = os.path.join(proc_root, pid, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
+    for pid, fds in open_files(proc_root, exclude):
         devices = set()
         for fd in fds:
             try:
-                target = os.readlink(os.path.join(fd_dir, fd))
+                target = os.readlink(fd)
             except OSError:
                 continue
             if target.startswith(prefix):
@@ -87,8 +99,8 @@ def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
         if not devices:
             continue
         cmdline = (_read(os.path.join(proc_root, pid, "cmdline")) or "").replace("\0", " ").strip()
-        found.append({"pid": int(pid), "command": (_read(os.path.join(proc_root, pid, "comm")) or "?").strip(),
-                      "cmdline": cmdline, "user": _owner(proc_root, pid), "devices": sorted(devices)})
+        found.append({"pid": int(pid), "command": command_name(proc_root, pid), "cmdline": cmdline,
+                      "user": _owner(proc_root, pid), "devices": sorted(devices)})
     return found
 
 

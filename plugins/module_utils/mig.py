@@ -26,6 +26,7 @@ import contextlib
 import os
 from typing import Any
 
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import command_name, open_files
 from ansible_collections.gpuprov.gpu.plugins.module_utils.miglayout import creation_order
 
 #: GPU clients that hold the GPU and must be stopped around a MIG mode change (systemd unit names).
@@ -163,27 +164,16 @@ def holders(minor: int | None, proc_root: str = "/proc", dev_dir: str = "/dev") 
         return found
     try:
         node = os.stat(os.path.join(dev_dir, f"nvidia{minor}"))
-        pids = [p for p in os.listdir(proc_root) if p.isdigit() and int(p) != os.getpid()]
     except OSError:
         return found
-    for pid in sorted(pids, key=int):
-        fd_dir = os.path.join(proc_root, pid, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
+    for pid, fds in open_files(proc_root, exclude={os.getpid()}):
         for fd in fds:
             try:
-                st = os.stat(os.path.join(fd_dir, fd))
+                st = os.stat(fd)
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) == (node.st_dev, node.st_ino):
-                try:
-                    with open(os.path.join(proc_root, pid, "comm"), encoding="utf-8") as handle:
-                        comm = handle.read().strip()
-                except OSError:
-                    comm = "?"
-                found.append(f"pid {pid} ({comm})")
+                found.append(f"pid {pid} ({command_name(proc_root, pid)})")
                 break
     return found
 

@@ -105,3 +105,14 @@ def test_loaded_nvidia_modules_come_from_proc_modules(tmp_path: Path) -> None:
         "nvidia 104091648 2 nvidia_uvm,nvidia_drm, Live 0x0000000000000000 (OE)\n")
     assert gpu_holders.loaded_modules(str(tmp_path)) == ["nvidia_uvm", "nvidia_drm", "nvidia"]
     assert gpu_holders.loaded_modules(str(tmp_path / "absent")) == []
+
+
+def test_the_mig_engine_finds_what_holds_one_gpu_by_its_device_node(device: Path,
+                                                                      holder: subprocess.Popen[str]) -> None:
+    """mig_layout's check before a MIG mode change: the process with GPU 0's node open, matched by device and
+    inode through the same /proc scan."""
+    from ansible_collections.gpuprov.gpu.plugins.module_utils.mig import holders
+
+    name = gpu_holders.command_name("/proc", str(holder.pid))
+    assert name.startswith("python") and holders(0, dev_dir=str(device.parent)) == [f"pid {holder.pid} ({name})"]
+    assert holders(1, dev_dir=str(device.parent)) == []
