@@ -2,9 +2,10 @@
 
 :func:`up` makes the running lab match a layout (idempotent), :func:`status` reports each host and
 :func:`down` removes the containers. Containers are named ``gpuprov-lab-<n>`` (n from 1), carry the
-label :data:`LABEL_LAB` (value ``1``); a lab named by ``GPUPROV_LAB_NAME`` (:func:`lab_name`) names them
-``gpuprov-lab-<name>-<n>`` with the label's value ``<name>``, so labs of different names share one Docker
-engine and each ``up``/``status``/``down`` sees only its own. They run ``/lib/systemd/systemd`` unprivileged
+label :data:`LABEL_LAB`; a lab named by ``GPUPROV_LAB_NAME`` (:func:`lab_name`) names them
+``gpuprov-lab-<name>-<n>`` and labels them :data:`LABEL_LAB_NAME` ``=<name>`` instead, so labs of different names
+share one Docker engine and each ``up``/``status``/``down`` sees only its own (and an unnamed lab's, of this
+version or an older one, never sees a named lab's). They run ``/lib/systemd/systemd`` unprivileged
 (SYS_ADMIN and NET_ADMIN only, cgroups read-only) and publish sshd on ``127.0.0.1:<port>``. Each container
 generates its SSH host keys at first start; :func:`up` collects them into the lab's known_hosts, so SSH
 host-key checking stays on.
@@ -35,10 +36,10 @@ log = logging.getLogger(__name__)
 
 CONTAINER_PREFIX = "gpuprov-lab-"
 LABEL_LAB = "org.gpuprov.lab"
+#: The label of a named lab's containers (value: the name); they do not carry :data:`LABEL_LAB`.
+LABEL_LAB_NAME = "org.gpuprov.lab.name"
 LABEL_HOST_OS = "org.gpuprov.lab.host-os"
 DEFAULT_OSES = ("debian12", "ubuntu2404")
-#: The value of :data:`LABEL_LAB` on the containers of the unnamed lab.
-UNNAMED_LAB = "1"
 _LAB_NAME = re.compile(r"[a-z0-9]{1,16}")
 #: Seconds to wait for systemd to finish booting and for sshd to accept the lab key.
 BOOT_TIMEOUT_S = 120
@@ -184,7 +185,7 @@ def diagnose(container: Any, host: LabHost, lab_dir: Path, ssh_error: str | None
 
 def _lab_containers(client: Any, name: str) -> dict[str, Any]:
     """The containers of lab ``name`` (``""``: the unnamed lab), by container name."""
-    selector = f"{LABEL_LAB}={name or UNNAMED_LAB}"
+    selector = f"{LABEL_LAB_NAME}={name}" if name else LABEL_LAB
     return {c.name: c for c in client.containers.list(all=True, filters={"label": selector})}
 
 
@@ -218,7 +219,7 @@ def _create(client: Any, name: str, hostname: str, os_name: str, port: int, imag
         tmpfs={"/run": "rw,mode=755", "/run/lock": "rw,mode=1777"},
         volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
         ports={"22/tcp": ("127.0.0.1", port)},
-        labels={**({LABEL_LAB: lab or UNNAMED_LAB} if lab_member else {}), LABEL_HOST_OS: os_name},
+        labels={**(({LABEL_LAB_NAME: lab} if lab else {LABEL_LAB: "1"}) if lab_member else {}), LABEL_HOST_OS: os_name},
         stop_signal="SIGRTMIN+3",
     )
 

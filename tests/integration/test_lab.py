@@ -425,7 +425,7 @@ def test_down_removes_the_lab(lab: dict[str, Any]) -> None:
     gone = gpuprov("lab", "down", env=env, cwd=cwd)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     names = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=org.gpuprov.lab={LAB_NAME}", "--format", "{{.Names}}"],
+        ["docker", "ps", "-a", "--filter", f"label=org.gpuprov.lab.name={LAB_NAME}", "--format", "{{.Names}}"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert names == []

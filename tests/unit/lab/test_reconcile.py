@@ -46,8 +46,9 @@ class FakeContainers:
         self.client = client
 
     def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
-        key, _, value = (filters or {}).get("label", "").partition("=")
-        return [c for c in self.client.by_name.values() if not key or c.labels.get(key) == value]
+        key, has_value, value = (filters or {}).get("label", "").partition("=")
+        return [c for c in self.client.by_name.values()
+                if not key or (c.labels.get(key) == value if has_value else key in c.labels)]
 
     def run(self, image: str, *, name: str, hostname: str, ports: dict[str, Any], labels: dict[str, str],
             **_: Any) -> FakeContainer:  # fmt: skip
@@ -124,7 +125,8 @@ def test_a_named_lab_leaves_the_unnamed_lab_alone(client: FakeClient, tmp_path: 
     monkeypatch.setenv("GPUPROV_LAB_NAME", "ci1")
     hosts = containers.up(1, ["ubuntu2204"], lab_dir=tmp_path, client=client)
     assert client.events == ["create gpuprov-lab-ci1-1 gpuprov-lab-ubuntu2204:hash 22202"]
-    assert client.by_name["gpuprov-lab-ci1-1"].labels[containers.LABEL_LAB] == "ci1"
+    labels = client.by_name["gpuprov-lab-ci1-1"].labels
+    assert labels[containers.LABEL_LAB_NAME] == "ci1" and containers.LABEL_LAB not in labels  # unseen by unnamed labs
     assert [r.name for r in containers.status(lab_dir=tmp_path, client=client)] == [h.name for h in hosts]
     assert containers.down(lab_dir=tmp_path, client=client) == ["gpuprov-lab-ci1-1"]
     assert set(client.by_name) == {"gpuprov-lab-1"}
