@@ -29,12 +29,21 @@ def docker_available() -> None:
         pytest.skip("no Docker engine: run `bash .ci/setup` (installs docker.io and starts dockerd)")
 
 
+class LabImages(dict[str, str]):
+    """Lab OS -> image reference, each image built (or reused) when a test first asks for it: a session builds
+    only the images its tests use."""
+
+    def __missing__(self, os_name: str) -> str:
+        from gpuprov.lab.images import ensure_image
+
+        self[os_name] = ref = ensure_image(os_name)
+        return ref
+
+
 @pytest.fixture(scope="session")
 def lab_images(docker_available: None) -> dict[str, str]:
-    """Build (or reuse) the lab base images; returns os name -> image reference."""
-    from gpuprov.lab.images import ensure_image
-
-    return {name: ensure_image(name) for name in ("debian12", "ubuntu2004")}
+    """The lab base images by OS (:class:`LabImages`: built or reused on first use)."""
+    return LabImages()
 
 
 

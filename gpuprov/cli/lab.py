@@ -20,7 +20,8 @@ from rich.table import Table
 from gpuprov.cli import output
 from gpuprov.exceptions import HostsFailed
 
-OS_CHOICES = ("debian12", "ubuntu2004")
+#: Every lab OS (gpuprov.lab.imagespecs.SPECS: debian12 and the Ubuntu stand-ins), without importing the lab.
+OS_CHOICES = ("debian12", "ubuntu2004", "ubuntu2204", "ubuntu2404")
 
 
 def _split_list(values: Sequence[str]) -> list[str]:
@@ -69,7 +70,8 @@ def command() -> None:
 
 @command.command("images")
 @click.option(
-    "--os", "oses", multiple=True, metavar="OS[,OS]", help="Image(s) to build: debian12, ubuntu2004 (default: both)."
+    "--os", "oses", multiple=True, metavar="OS[,OS]",
+    help=f"Image(s) to build: {', '.join(OS_CHOICES)} (default: all).",
 )
 @click.option("--rebuild", is_flag=True, help="Build even if an image with the current recipe exists.")
 def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
@@ -97,7 +99,8 @@ def images_cmd(oses: tuple[str, ...], rebuild: bool) -> None:
     "oses",
     multiple=True,
     metavar="OS[,OS]",
-    help="OS per host, cycled over the hosts (repeat or comma-separate; default: debian12,ubuntu2004).",
+    help=f"OS per host, cycled over the hosts (repeat or comma-separate; one of {', '.join(OS_CHOICES)}; "
+         "default: debian12,ubuntu2404).",
 )
 @click.option(
     "--fleet-file",

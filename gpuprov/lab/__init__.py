@@ -1,7 +1,8 @@
 """The lab fleet: local systemd containers that look like bare GPU servers, for tests and demos.
 
-* :mod:`gpuprov.lab.images` builds the base images (``gpuprov-lab-debian12``,
-  ``gpuprov-lab-ubuntu2004``) from Debian packages with debootstrap;
+* :mod:`gpuprov.lab.images` builds the base images (``gpuprov-lab-debian12`` and the Ubuntu stand-ins
+  ``gpuprov-lab-ubuntu2004``, ``-ubuntu2204``, ``-ubuntu2404``, :mod:`gpuprov.lab.imagespecs`) from Debian
+  packages with debootstrap;
 * :mod:`gpuprov.lab.containers` runs them (``gpuprov lab up/status/down``), reachable over SSH on
   127.0.0.1 with a generated key and strict host-key checking;
 * :mod:`gpuprov.lab.fleetfile` writes the lab's fleet file (docs/design.md, version 1);

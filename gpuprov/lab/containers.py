@@ -2,15 +2,20 @@
 
 :func:`up` makes the running lab match a layout (idempotent), :func:`status` reports each host and
 :func:`down` removes the containers. Containers are named ``gpuprov-lab-<n>`` (n from 1), carry the
-label :data:`LABEL_LAB`, run ``/lib/systemd/systemd`` unprivileged (SYS_ADMIN and NET_ADMIN only,
-cgroups read-only) and publish sshd on ``127.0.0.1:<port>``. Each container generates its SSH host
-keys at first start; :func:`up` collects them into the lab's known_hosts, so SSH host-key checking
-stays on.
+label :data:`LABEL_LAB`; a lab named by ``GPUPROV_LAB_NAME`` (:func:`lab_name`) names them
+``gpuprov-lab-<name>-<n>`` and labels them :data:`LABEL_LAB_NAME` ``=<name>`` instead, so labs of different names
+share one Docker engine and each ``up``/``status``/``down`` sees only its own (and an unnamed lab's, of this
+version or an older one, never sees a named lab's). They run ``/lib/systemd/systemd`` unprivileged
+(SYS_ADMIN and NET_ADMIN only, cgroups read-only) and publish sshd on ``127.0.0.1:<port>``. Each container
+generates its SSH host keys at first start; :func:`up` collects them into the lab's known_hosts, so SSH
+host-key checking stays on.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import shlex
 import shutil
 import socket
@@ -23,6 +28,7 @@ from typing import Any
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, HostsFailed
 from gpuprov.lab import dockerenv, hardware, images, repo, state
+from gpuprov.lab.imagespecs import spec_for
 from gpuprov.lab.ports import allocate_ports
 from gpuprov.lab.state import LabHost
 
@@ -30,8 +36,11 @@ log = logging.getLogger(__name__)
 
 CONTAINER_PREFIX = "gpuprov-lab-"
 LABEL_LAB = "org.gpuprov.lab"
+#: The label of a named lab's containers (value: the name); they do not carry :data:`LABEL_LAB`.
+LABEL_LAB_NAME = "org.gpuprov.lab.name"
 LABEL_HOST_OS = "org.gpuprov.lab.host-os"
-DEFAULT_OSES = ("debian12", "ubuntu2004")
+DEFAULT_OSES = ("debian12", "ubuntu2404")
+_LAB_NAME = re.compile(r"[a-z0-9]{1,16}")
 #: Seconds to wait for systemd to finish booting and for sshd to accept the lab key.
 BOOT_TIMEOUT_S = 120
 SSH_TIMEOUT_S = 60
@@ -57,8 +66,25 @@ class HostStatus:
         return self.state == "running" and self.ssh_ok
 
 
-def plan(hosts: int, oses: Sequence[str] = DEFAULT_OSES) -> list[tuple[str, str, str]]:
-    """The layout for ``hosts`` hosts cycling over ``oses``: ``[(name, hostname, os), ...]``.
+def lab_name(environ: dict[str, str] | None = None) -> str:
+    """The lab's name, ``GPUPROV_LAB_NAME`` (1-16 of a-z and 0-9), or ``""`` for the unnamed lab.
+
+    Raises:
+        ConfigError: ``GPUPROV_LAB_NAME`` is set to anything else (exit 2).
+    """
+    name = (os.environ if environ is None else environ).get("GPUPROV_LAB_NAME", "")
+    if name and not _LAB_NAME.fullmatch(name):
+        raise ConfigError(f"GPUPROV_LAB_NAME {name!r}: use 1-16 lower-case letters and digits, or leave it unset")
+    return name
+
+
+def container_prefix(name: str = "") -> str:
+    """``gpuprov-lab-`` for the unnamed lab, ``gpuprov-lab-<name>-`` for lab ``name``."""
+    return f"{CONTAINER_PREFIX}{name}-" if name else CONTAINER_PREFIX
+
+
+def plan(hosts: int, oses: Sequence[str] = DEFAULT_OSES, name: str = "") -> list[tuple[str, str, str]]:
+    """The layout for ``hosts`` hosts of lab ``name`` cycling over ``oses``: ``[(container, hostname, os), ...]``.
 
     Raises :class:`~gpuprov.exceptions.ConfigError` for fewer than one host or an unknown OS.
     """
@@ -67,9 +93,9 @@ def plan(hosts: int, oses: Sequence[str] = DEFAULT_OSES) -> list[tuple[str, str,
     if not oses:
         raise ConfigError("give at least one --os")
     for os_name in oses:
-        images.spec_for(os_name)
+        spec_for(os_name)
     return [
-        (f"{CONTAINER_PREFIX}{n}", f"lab-{oses[(n - 1) % len(oses)]}-{n}", oses[(n - 1) % len(oses)])
+        (f"{container_prefix(name)}{n}", f"lab-{oses[(n - 1) % len(oses)]}-{n}", oses[(n - 1) % len(oses)])
         for n in range(1, hosts + 1)
     ]
 
@@ -157,8 +183,10 @@ def diagnose(container: Any, host: LabHost, lab_dir: Path, ssh_error: str | None
     return f"ssh to 127.0.0.1:{host.port} failed: {ssh_error}"
 
 
-def _lab_containers(client: Any) -> dict[str, Any]:
-    return {c.name: c for c in client.containers.list(all=True, filters={"label": LABEL_LAB})}
+def _lab_containers(client: Any, name: str) -> dict[str, Any]:
+    """The containers of lab ``name`` (``""``: the unnamed lab), by container name."""
+    selector = f"{LABEL_LAB_NAME}={name}" if name else LABEL_LAB
+    return {c.name: c for c in client.containers.list(all=True, filters={"label": selector})}
 
 
 def _port_of(container: Any) -> int | None:
@@ -175,7 +203,7 @@ def _exec(container: Any, command: str) -> tuple[int, str]:
 
 
 def _create(client: Any, name: str, hostname: str, os_name: str, port: int, image: str,
-            lab_member: bool = True) -> Any:
+            lab_member: bool = True, lab: str = "") -> Any:
     """Start a lab-style container; only a ``lab_member`` carries :data:`LABEL_LAB` (``lab up``/``down``/``status``
     manage those), so a test's own container of the same kind is left alone by them."""
     log.info("creating %s (%s) on 127.0.0.1:%d from %s", name, hostname, port, image)
@@ -191,7 +219,7 @@ def _create(client: Any, name: str, hostname: str, os_name: str, port: int, imag
         tmpfs={"/run": "rw,mode=755", "/run/lock": "rw,mode=1777"},
         volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
         ports={"22/tcp": ("127.0.0.1", port)},
-        labels={**({LABEL_LAB: "1"} if lab_member else {}), LABEL_HOST_OS: os_name},
+        labels={**(({LABEL_LAB_NAME: lab} if lab else {LABEL_LAB: "1"}) if lab_member else {}), LABEL_HOST_OS: os_name},
         stop_signal="SIGRTMIN+3",
     )
 
@@ -275,7 +303,7 @@ def up(
     client: Any = None,
     boot_timeout_s: int = BOOT_TIMEOUT_S,
 ) -> list[LabHost]:
-    """Make the lab run exactly ``hosts`` hosts cycling over ``oses``, and return them.
+    """Make the lab (:func:`lab_name`) run exactly ``hosts`` hosts cycling over ``oses``, and return them.
 
     Running hosts are kept, stopped ones started, missing ones (and ones whose OS changed)
     created from :func:`gpuprov.lab.images.ensure_image` (building the image if needed); lab
@@ -290,16 +318,18 @@ def up(
         hardware.check_profile(profile)
     if shutil.which("ssh") is None:
         raise EnvironmentMissing("`ssh` is not on PATH: install the OpenSSH client (`apt-get install openssh-client`)")
-    layout = plan(hosts, oses)
+    lab = lab_name()
+    layout = plan(hosts, oses, lab)
     client = client or dockerenv.client()
     lab_dir = state.ensure_state_dir(lab_dir)
     public_key = state.ensure_keypair(lab_dir)
     refs = {os_name: images.ensure_image(os_name, client=client) for os_name in dict.fromkeys(oses)}
-    containers = _reconcile(_lab_containers(client), layout)
+    containers = _reconcile(_lab_containers(client, lab), layout)
     used = {p for c in containers.values() if (p := _port_of(c)) is not None}
     missing = [item for item in layout if item[0] not in containers]
-    for (name, hostname, os_name), port in zip(missing, allocate_ports(len(missing), reserved=used), strict=True):
-        containers[name] = _create(client, name, hostname, os_name, port, refs[os_name])
+    for (container_name, hostname, os_name), port in zip(missing, allocate_ports(len(missing), reserved=used),
+                                                         strict=True):
+        containers[container_name] = _create(client, container_name, hostname, os_name, port, refs[os_name], lab=lab)
     lab_hosts: list[LabHost] = []
     known: list[str] = []
     for index, (name, hostname, os_name) in enumerate(layout):
@@ -345,7 +375,7 @@ def status(*, lab_dir: Path | None = None, client: Any = None) -> list[HostStatu
     """One :class:`HostStatus` per host of the last ``lab up`` plus any other lab container."""
     lab_dir = lab_dir or state.state_dir()
     client = client or dockerenv.client()
-    existing = _lab_containers(client)
+    existing = _lab_containers(client, lab_name())
     result: list[HostStatus] = []
     known = state.load_hosts(lab_dir)
     for host in known:
@@ -371,7 +401,7 @@ def down(*, purge: bool = False, lab_dir: Path | None = None, client: Any = None
     lab_dir = lab_dir or state.state_dir()
     client = client or dockerenv.client()
     removed = []
-    for name, container in sorted(_lab_containers(client).items()):
+    for name, container in sorted(_lab_containers(client, lab_name()).items()):
         container.remove(force=True)
         removed.append(name)
     if purge and lab_dir.exists():

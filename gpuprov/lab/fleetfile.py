@@ -40,9 +40,9 @@ from gpuprov.lab.state import LabHost
 DEFAULT_FLEET_FILE = Path("inventory/lab.yml")
 
 #: What every lab host gets: modest GPU settings (the mocked NVML reports the profile's, set per host), and the
-#: stack from the stand-in repository: a CUDA toolkit NVIDIA publishes for both lab OSes with a cuDNN and an NCCL
-#: built for it. The repositories also serve the NVIDIA Container Toolkit, DCGM and dcgm-exporter
-#: (:func:`stack_settings`), which ``lab up`` turns on unless ``--no-stack`` (docs/lab.md).
+#: stack from the stand-in repository: a CUDA toolkit NVIDIA publishes for every lab OS (12.8: Ubuntu 20.04 to 24.04,
+#: Debian 12) with a cuDNN and an NCCL built for it. The repositories also serve the NVIDIA Container Toolkit,
+#: DCGM and dcgm-exporter (:func:`stack_settings`), which ``lab up`` turns on unless ``--no-stack`` (docs/lab.md).
 LAB_SETTINGS: dict[str, Any] = {
     "gpus": {"model": "H200", "count": 2, "nvswitch": False},
     "reboot": {"allowed": False},

@@ -6,8 +6,9 @@
   built here with the system compiler;
 * ``/etc/gpuprov/mock-nvml.conf`` - the compiled profile the library reads (all shipped profiles are
   under ``/etc/gpuprov/mock-nvml.d/`` as well);
-* ``/usr/bin/nvidia-smi`` - the real binary from Debian non-free: 535.261.03 (bookworm) on Debian 12
-  hosts; 470.256.02 (bullseye, glibc 2.31) on the Ubuntu 20.04 stand-in, whose glibc is too old for 535.
+* ``/usr/bin/nvidia-smi`` - the real binary from Debian non-free: 535.261.03 (bookworm) on Debian 12 hosts
+  and the Ubuntu 22.04 and 24.04 stand-ins (glibc 2.36 and 2.41); 470.256.02 (bullseye, glibc 2.31) on the
+  Ubuntu 20.04 stand-in, whose glibc is too old for 535.
 
 so the product code on the host (pynvml through the nvml_facts module, nvidia-smi) is the code that runs
 on a real server. :func:`fleet_gpus` derives the fleet file's ``gpus`` settings from the profile, so the
@@ -34,8 +35,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROFILE = "h200x2"
 
-#: nvidia-smi package version per lab OS (glibc: bookworm 2.36, bullseye/focal 2.31; 535 needs >= 2.34).
-NVIDIA_SMI_FOR_OS: dict[str, str] = {"debian12": BOOKWORM_VERSION, "ubuntu2004": BULLSEYE_VERSION}
+#: nvidia-smi package version per lab OS (glibc: bullseye 2.31, bookworm 2.36, trixie 2.41; 535 needs >= 2.34).
+NVIDIA_SMI_FOR_OS: dict[str, str] = {"debian12": BOOKWORM_VERSION, "ubuntu2004": BULLSEYE_VERSION,
+                                     "ubuntu2204": BOOKWORM_VERSION, "ubuntu2404": BOOKWORM_VERSION}
 
 #: NVML's remote device type for an NVLink that ends at an NVSwitch (nvmlIntNvLinkDeviceType_t).
 _NVLINK_REMOTE_SWITCH = 2

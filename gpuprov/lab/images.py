@@ -1,11 +1,9 @@
 """Lab base images: Debian roots built locally with debootstrap and imported into Docker.
 
-Two images exist, one per lab OS (:data:`SPECS`):
-
-* ``gpuprov-lab-debian12`` - Debian 12 (bookworm);
-* ``gpuprov-lab-ubuntu2004`` - a labelled STAND-IN for Ubuntu 20.04: a Debian 11 (bullseye) userland
-  (glibc 2.31, as focal) with Ubuntu 20.04 ``/etc/os-release`` and ``/etc/lsb-release``, and
-  ``/etc/gpuprov-standin`` plus the image label ``org.gpuprov.lab.standin`` saying what it really is.
+One image per lab OS, ``gpuprov-lab-<os>``; what each is built from (Debian suite, apt sources, the Ubuntu
+release a stand-in is dressed as) is in :mod:`gpuprov.lab.imagespecs`: ``debian12`` and the labelled
+stand-ins ``ubuntu2004`` (Debian 11 underneath), ``ubuntu2204`` (Debian 12) and ``ubuntu2404`` (Debian 13),
+each with ``/etc/gpuprov-standin`` plus the image label ``org.gpuprov.lab.standin`` saying what it really is.
 
 A build is ``debootstrap --variant=minbase --include=<recipes/packages.txt>`` from the machine's own
 Debian mirror (:mod:`gpuprov.lab.mirrors`), then ``recipes/configure.sh`` in a chroot, then the root
@@ -35,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov import resources
-from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.exceptions import EnvironmentMissing
 from gpuprov.lab import dockerenv
+from gpuprov.lab.imagespecs import ImageSpec, lsb_release, os_release, spec_for
 from gpuprov.lab.mirrors import Mirrors, read_mirrors
 
 log = logging.getLogger(__name__)
@@ -47,46 +46,7 @@ LABEL_HASH = "org.gpuprov.lab.recipe-hash"
 LABEL_OS = "org.gpuprov.lab.os"
 LABEL_STANDIN = "org.gpuprov.lab.standin"
 #: Bump when the build procedure in this module changes in a way that changes the image.
-BUILD_PROCEDURE_VERSION = 2
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    """What one lab image is built from (every field feeds the recipe hash).
-
-    ``components`` are the apt components enabled in the image, ``sources_format`` is ``deb822``
-    (``/etc/apt/sources.list.d/debian.sources``) or ``one-line`` (``/etc/apt/sources.list``),
-    ``standin`` is ``""`` or the OS the userland is dressed as.
-    """
-
-    os_name: str
-    suite: str
-    components: tuple[str, ...]
-    sources_format: str
-    standin: str = ""
-    standin_note: str = ""
-
-
-SPECS: dict[str, ImageSpec] = {
-    "debian12": ImageSpec(
-        os_name="debian12",
-        suite="bookworm",
-        components=("main", "contrib", "non-free", "non-free-firmware"),
-        sources_format="deb822",
-    ),
-    "ubuntu2004": ImageSpec(
-        os_name="ubuntu2004",
-        suite="bullseye",
-        components=("main", "contrib", "non-free"),
-        sources_format="one-line",
-        standin="ubuntu2004",
-        standin_note=(
-            "gpuprov lab stand-in for Ubuntu 20.04 (focal): this is a Debian 11 (bullseye) userland "
-            "(glibc 2.31, as focal) with Ubuntu 20.04 /etc/os-release and /etc/lsb-release. "
-            "Packages, kernel and apt sources are Debian 11's."
-        ),
-    ),
-}
+BUILD_PROCEDURE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -103,14 +63,6 @@ class BuildResult:
 def image_name(os_name: str) -> str:
     """``gpuprov-lab-<os_name>``; raises :class:`~gpuprov.exceptions.ConfigError` for an unknown OS."""
     return IMAGE_PREFIX + spec_for(os_name).os_name
-
-
-def spec_for(os_name: str) -> ImageSpec:
-    """The :class:`ImageSpec` of ``os_name`` (``debian12`` or ``ubuntu2004``); ConfigError otherwise."""
-    try:
-        return SPECS[os_name]
-    except KeyError:
-        raise ConfigError(f"unknown lab OS {os_name!r}: choose one of {', '.join(sorted(SPECS))}") from None
 
 
 def packages(recipe_dir: Path = RECIPE_DIR) -> list[str]:
@@ -325,8 +277,10 @@ def _configure(spec: ImageSpec, mirrors: Mirrors, root: Path) -> None:
         "GPUPROV_SECURITY_MIRROR": mirrors.security or "",
         "GPUPROV_COMPONENTS": " ".join(spec.components),
         "GPUPROV_SOURCES_FORMAT": spec.sources_format,
-        "GPUPROV_STANDIN": spec.standin,
+        "GPUPROV_SOURCES_FILE": spec.sources_file,
         "GPUPROV_STANDIN_NOTE": spec.standin_note,
+        "GPUPROV_OS_RELEASE": os_release(spec.standin) if spec.standin else "",
+        "GPUPROV_LSB_RELEASE": lsb_release(spec.standin) if spec.standin else "",
     }
     # A private mount namespace: /proc exists for update-initramfs and vanishes with the namespace.
     inner = "mount -t proc proc /proc && exec /bin/sh /tmp/gpuprov-configure.sh"

@@ -11,15 +11,16 @@ site does: it publishes a signed mirror and points the fleet file's ``mirrors.cu
   release under NVIDIA's unbranched names (nvidia-open, nvidia-dkms-open, libnvidia-compute ...) with its pinning
   package nvidia-driver-pinning-595 (:mod:`gpuprov.lab.standin.unbranched`), the ``cuda`` chain, the CUDA toolkits
   NVIDIA publishes for that OS with their cuDNN and NCCL builds, and ``datacenter-gpu-manager``, which
-  NVIDIA's CUDA repository carries too), plus for the Ubuntu 20.04 stand-in an "archive" repository with
-  ``linux-generic-hwe-20.04`` (what Ubuntu's own archive would carry). Beside them: ``libnvidia-container``
+  NVIDIA's CUDA repository carries too), plus for each Ubuntu stand-in an "archive" repository,
+  ``<os>-archive``, with what Ubuntu's own archive would carry (:mod:`gpuprov.lab.standin.ubuntu_archive`: the
+  GA and HWE kernel metas, from 22.04 on the ``-server`` driver sets). Beside them: ``libnvidia-container``
   (the NVIDIA Container Toolkit repository, one for every OS as NVIDIA's is) and ``dcgm-exporter`` (the
   exporter binaries a site hosts itself, :data:`EXPORTER_VERSION` named by the fleet file with its sha256).
   All are signed with one key per lab, generated once in ``<lab>/standin/gnupg`` (mode 0700, never
   committed); its public key is published next to the packages as ``<fpr[-8:]>.pub``, the file name
   NVIDIA uses (``3bf863cc.pub``).
 * :func:`install` copies the repositories to ``/srv/gpuprov-standin/`` in a container, starts
-  ``gpuprov-standin-repo.service`` (``python3 -m http.server --bind 127.0.0.1 PORT``) and, on the
+  ``gpuprov-standin-repo.service`` (``python3 -m http.server --bind 127.0.0.1 PORT``) and, on an
   Ubuntu stand-in, adds the archive repository as a base-OS apt source (the role does not manage the
   distribution archive), plus ``/etc/ansible/facts.d/gpuprov.fact`` naming the container's booted
   kernel (``uname -r`` in a container is the build machine's).
@@ -36,13 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuprov.exceptions import HostsFailed
+from gpuprov.exceptions import ConfigError, HostsFailed
+from gpuprov.lab.imagespecs import spec_for
 from gpuprov.lab.standin import dcgm
-from gpuprov.lab.standin.catalogue import lab_cuda_packages, lab_ubuntu_archive_packages
+from gpuprov.lab.standin.catalogue import lab_cuda_packages
 from gpuprov.lab.standin.container import packages as container_toolkit_packages
 from gpuprov.lab.standin.deb import StandinPackage
 from gpuprov.lab.standin.repo import KEY_NAME, build_repository, key_fingerprint
 from gpuprov.lab.standin.toolkit import lab_toolkit_packages_for
+from gpuprov.lab.standin.ubuntu_archive import archive_for, archive_packages
 from gpuprov.lab.standin.unbranched import lab_unbranched_packages
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,7 @@ PORT = 8471
 ROOT_IN_HOST = "/srv/gpuprov-standin"
 UNIT = "gpuprov-standin-repo.service"
 #: Bump when the repositories' content changes, so ``lab up`` rebuilds them.
-CONTENT_VERSION = "8"
+CONTENT_VERSION = "9"
 #: Directory (under the served root) of the NVIDIA Container Toolkit repository stand-in.
 CONTAINER_TOOLKIT_DIR = "libnvidia-container"
 #: Directory of the dcgm-exporter binaries, and the one the lab fleet runs (paired with DCGM 3.3.5).
@@ -74,13 +77,24 @@ Restart=on-failure
 WantedBy=multi-user.target
 """
 
-ARCHIVE_SOURCE = f"""\
-# gpuprov lab: stand-in for the Ubuntu 20.04 archive's HWE kernel (this host is Debian 11 underneath).
-Types: deb
-URIs: http://127.0.0.1:{PORT}/ubuntu2004-archive/
-Suites: /
-Signed-By: /usr/share/keyrings/gpuprov-lab-archive.gpg
-"""
+#: Where an Ubuntu stand-in's archive repository is named as an apt source, and the key it is signed with.
+ARCHIVE_SOURCE_FILE = "/etc/apt/sources.list.d/gpuprov-lab-archive.sources"
+ARCHIVE_KEYRING = "/usr/share/keyrings/gpuprov-lab-archive.gpg"
+
+
+def archive_source(os_name: str) -> str:
+    """The deb822 apt source naming the stand-in Ubuntu archive of ``os_name`` on the host's loopback.
+
+    Raises:
+        ConfigError: ``os_name`` is not an Ubuntu stand-in (or not a lab OS).
+    """
+    spec, archive = spec_for(os_name), archive_for(os_name)
+    if spec.standin is None or archive is None:
+        raise ConfigError(f"lab OS {os_name} is not an Ubuntu stand-in: it has no stand-in Ubuntu archive")
+    return (f"# gpuprov lab: stand-in for the Ubuntu {spec.standin.release} archive (this host is "
+            f"{spec.standin.userland} underneath).\n"
+            f"Types: deb\nURIs: http://127.0.0.1:{PORT}/{archive.directory}/\nSuites: /\n"
+            f"Signed-By: {ARCHIVE_KEYRING}\n")
 
 
 @dataclass(frozen=True)
@@ -113,8 +127,9 @@ def _repositories(os_name: str, debian_kernel: str) -> dict[str, list[StandinPac
                   *(dcgm.dcgm_package(v) for v in dcgm.DCGM_VERSIONS)],
         CONTAINER_TOOLKIT_DIR: [*container_toolkit_packages()],
     }
-    if os_name == "ubuntu2004":
-        wanted["ubuntu2004-archive"] = list(lab_ubuntu_archive_packages(debian_kernel))
+    archive = archive_for(os_name)
+    if archive is not None:
+        wanted[archive.directory] = list(archive_packages(os_name, debian_kernel))
     return wanted
 
 
@@ -209,10 +224,15 @@ def _tar_files(files: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
+def _archive_dir(repo: LabRepository) -> str | None:
+    archive = archive_for(repo.os)
+    return archive.directory if archive is not None and archive.directory in repo.dirs else None
+
+
 def _extra_files(repo: LabRepository) -> dict[str, str]:
     files = {f"/etc/systemd/system/{UNIT}": UNIT_TEXT}
-    if "ubuntu2004-archive" in repo.dirs:
-        files["/etc/apt/sources.list.d/gpuprov-lab-archive.sources"] = ARCHIVE_SOURCE
+    if _archive_dir(repo):
+        files[ARCHIVE_SOURCE_FILE] = archive_source(repo.os)
     return files
 
 
@@ -230,11 +250,11 @@ def install(container: Any, lab_dir: Path, os_name: str) -> LabRepository:
     ):
         raise HostsFailed(f"could not copy the stand-in repository into {container.name}: {out!r}", [hostname])
     fact = json.dumps({"booted_kernel": kernel})
+    archive_dir = _archive_dir(repo)
     script = (
         "set -e; mkdir -p /etc/ansible/facts.d /usr/share/keyrings; "
         f"printf '%s\\n' '{fact}' > /etc/ansible/facts.d/gpuprov.fact; "
-        + (f"cp {ROOT_IN_HOST}/ubuntu2004-archive/{KEY_NAME} /usr/share/keyrings/gpuprov-lab-archive.gpg; "
-           if "ubuntu2004-archive" in repo.dirs else "")
+        + (f"cp {ROOT_IN_HOST}/{archive_dir}/{KEY_NAME} {ARCHIVE_KEYRING}; " if archive_dir else "")
         + f"systemctl daemon-reload; systemctl enable {UNIT} >/dev/null 2>&1; systemctl restart {UNIT}; "
         f"for i in $(seq 50); do python3 -c \"import urllib.request as u; u.urlopen('{repo.url}Release')\" "
         "2>/dev/null && exit 0; sleep 0.2; done; exit 1"

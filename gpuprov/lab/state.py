@@ -27,7 +27,7 @@ KEY_COMMENT = "gpuprov-lab"
 @dataclass(frozen=True)
 class LabHost:
     """One lab host: container ``name`` (``gpuprov-lab-N``), ``hostname`` (also its inventory name),
-    lab ``os`` (``debian12``/``ubuntu2004``), the 127.0.0.1 TCP ``port`` its sshd is published on and
+    lab ``os`` (``debian12``, ``ubuntu2404`` ...), the 127.0.0.1 TCP ``port`` its sshd is published on and
     the mock NVML ``profile`` that is its GPU hardware (:mod:`gpuprov.lab.hardware`)."""
 
     name: str

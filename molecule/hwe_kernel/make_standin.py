@@ -9,7 +9,7 @@ DEBIAN_KERNEL (a placeholder tree) and the ``linux-headers-amd64`` meta at VERSI
 the only base-OS source, so the scenario runs offline and fast (the real Debian headers, and DKMS
 building against them, are the kernel tests' ground: tests/integration/test_kernel_headers.py).
 The Ubuntu 20.04 stand-in also gets what ``gpuprov lab up`` gives it (gpuprov/lab/repo.py): the stand-in
-Ubuntu archive with ``linux-generic-hwe-20.04`` (gpuprov.lab.standin.catalogue.lab_ubuntu_archive_packages:
+Ubuntu archive with ``linux-generic-hwe-20.04`` (gpuprov.lab.standin.ubuntu_archive.archive_packages:
 the HWE 5.15.0-105-generic image and headers, the headers linked to those of DEBIAN_KERNEL). Both are
 signed with one key generated in OUT.gnupg (one home per host: concurrent builds in one gpg home fail;
 never committed), live under /srv/gpuprov-standin, are served on the loopback by the lab's unit and are
@@ -28,16 +28,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gpuprov.lab.repo import ARCHIVE_SOURCE, ROOT_IN_HOST, UNIT, UNIT_TEXT  # noqa: E402
+from gpuprov.lab.repo import ARCHIVE_SOURCE_FILE, ROOT_IN_HOST, UNIT, UNIT_TEXT, archive_source  # noqa: E402
 from gpuprov.lab.standin import build_repository  # noqa: E402
-from gpuprov.lab.standin.catalogue import kernel_headers, lab_ubuntu_archive_packages, meta  # noqa: E402
+from gpuprov.lab.standin.catalogue import kernel_headers, meta  # noqa: E402
 from gpuprov.lab.standin.repo import KEY_NAME  # noqa: E402
+from gpuprov.lab.standin.ubuntu_archive import archive_packages  # noqa: E402
 
 ARCHIVE = "ubuntu2004-archive"
 DEBIAN_ARCHIVE = "debian-archive"
-DEBIAN_SOURCE = ARCHIVE_SOURCE.replace(ARCHIVE, DEBIAN_ARCHIVE).replace(
-    "# gpuprov lab: stand-in for the Ubuntu 20.04 archive's HWE kernel (this host is Debian 11 underneath).",
-    "# gpuprov molecule hwe_kernel: stand-in for the Debian archive's kernel headers (the scenario runs offline).",
+DEBIAN_SOURCE = (
+    "# gpuprov molecule hwe_kernel: stand-in for the Debian archive's kernel headers (the scenario runs offline).\n"
+    + archive_source("ubuntu2004").split("\n", 1)[1].replace(ARCHIVE, DEBIAN_ARCHIVE)
 )
 
 
@@ -55,8 +56,8 @@ def main(os_name: str, kernel: str, version: str, out: str) -> None:
                               meta("linux-headers-amd64", version, (f"linux-headers-{kernel}",))]}
     sources = {"/etc/apt/sources.list.d/gpuprov-molecule-debian.sources": DEBIAN_SOURCE}
     if os_name == "ubuntu2004":
-        repos[ARCHIVE] = lab_ubuntu_archive_packages(kernel)
-        sources["/etc/apt/sources.list.d/gpuprov-lab-archive.sources"] = ARCHIVE_SOURCE
+        repos[ARCHIVE] = archive_packages("ubuntu2004", kernel)
+        sources[ARCHIVE_SOURCE_FILE] = archive_source("ubuntu2004")
     with tarfile.open(out, "w") as tar, tempfile.TemporaryDirectory() as tmp:
         _add_text(tar, "/etc/ansible/facts.d/gpuprov.fact", json.dumps({"booted_kernel": kernel}) + "\n")
         for name, specs in repos.items():

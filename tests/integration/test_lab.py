@@ -1,6 +1,7 @@
 """The README's main job on one two-host lab, from ``gpuprov lab up`` to ``gpuprov lab down``: a Debian 12 host
-with the real H200 pair's capture as its hardware and the Ubuntu 20.04 stand-in with eight NVSwitch-connected
-A100s, reached over SSH with the generated key and host-key checking on.
+with the real H200 pair's capture as its hardware and the Ubuntu 24.04 stand-in (a Debian 13 userland dressed as
+noble) with eight NVSwitch-connected A100s, reached over SSH with the generated key and host-key checking on.
+Ubuntu 20.04 is covered by the Molecule scenarios' platforms (tests/integration/test_molecule.py).
 
 One lab serves the whole file (booting one costs minutes); the tests run in file order and each leaves it as
 the next expects:
@@ -16,13 +17,15 @@ the next expects:
    whose GPUs a stray process holds;
 4. fault profiles swapped in by ``lab up`` show through nvidia-smi and facts; ``lab down`` removes the lab.
 
-Needs Docker and root (the base images are built on demand, a few minutes the first time).
+Needs Docker and root (the base images are built on demand, a few minutes the first time). The lab is named
+(``GPUPROV_LAB_NAME``, containers ``gpuprov-lab-<name>-<n>``): another lab on the same Docker engine is left alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -49,7 +52,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 #: the README's main job: an H200 pair and an NVSwitch A100 system (Fabric Manager at the driver's version)
 PROFILES = "h200x2,a100x8-nvswitch"
-DEBIAN, UBUNTU = "lab-debian12-1", "lab-ubuntu2004-2"
+DEBIAN, UBUNTU = "lab-debian12-1", "lab-ubuntu2404-2"
+#: the lab this file runs, apart from any other lab on the Docker engine
+LAB_NAME = "testlab"
 QUERY = ("index,name,uuid,pci.bus_id,driver_version,memory.total,persistence_mode,pcie.link.gen.max,"
          "pcie.link.width.current")
 
@@ -59,7 +64,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory, lab_images: dict[str, str]) ->
     """The lab under a private state dir, made as the README does (``inventory/lab.yml`` in the working
     directory); yields {cwd, env, path (the fleet file), fleet (parsed)}."""
     work = tmp_path_factory.mktemp("lab")
-    env = dict(os.environ, GPUPROV_STATE_DIR=str(work / "state"), NO_COLOR="1", COLUMNS="200")
+    env = dict(os.environ, GPUPROV_STATE_DIR=str(work / "state"), GPUPROV_LAB_NAME=LAB_NAME, NO_COLOR="1",
+               COLUMNS="200")
     gpuprov("lab", "down", env=env, cwd=work)
     up = gpuprov("lab", "up", "--hosts", "2", "--profile", PROFILES, env=env, cwd=work)
     assert up.returncode == 0, up.stdout + up.stderr
@@ -84,7 +90,7 @@ def test_fleet_file_shape(lab: dict[str, Any]) -> None:
     assert fleet["version"] == 1 and fleet["name"] == "lab"
     assert fleet["ssh"]["user"] == "admin" and fleet["ssh"]["become"] is True
     assert {h: spec["settings"]["os"] for h, spec in fleet["hosts"].items()} == {DEBIAN: "debian12",
-                                                                                 UBUNTU: "ubuntu2004"}
+                                                                                 UBUNTU: "ubuntu2404"}
     assert all(spec["address"] == "127.0.0.1" for spec in fleet["hosts"].values())
     lab_dir = Path(lab["env"]["GPUPROV_STATE_DIR"]) / "lab"
     assert (lab_dir.stat().st_mode & 0o777) == 0o700
@@ -95,9 +101,15 @@ def test_os_release_per_host(lab: dict[str, Any]) -> None:
     debian = os_release(ssh(fleet, DEBIAN, "cat /etc/os-release").stdout)
     assert (debian["ID"], debian["VERSION_ID"]) == ("debian", "12")
     ubuntu = os_release(ssh(fleet, UBUNTU, "cat /etc/os-release").stdout)
-    assert (ubuntu["ID"], ubuntu["VERSION_ID"], ubuntu["VERSION_CODENAME"]) == ("ubuntu", "20.04", "focal")
-    assert "bullseye" in ssh(fleet, UBUNTU, "cat /etc/gpuprov-standin").stdout
-    assert "DISTRIB_RELEASE=20.04" in ssh(fleet, UBUNTU, "cat /etc/lsb-release").stdout
+    assert (ubuntu["ID"], ubuntu["ID_LIKE"], ubuntu["VERSION_ID"], ubuntu["VERSION_CODENAME"]) == (
+        "ubuntu", "debian", "24.04", "noble")
+    assert "Debian 13 (trixie)" in ssh(fleet, UBUNTU, "cat /etc/gpuprov-standin").stdout
+    assert "DISTRIB_RELEASE=24.04" in ssh(fleet, UBUNTU, "cat /etc/lsb-release").stdout
+    # apt sources where 24.04 keeps them (deb822 ubuntu.sources), and the stand-in Ubuntu archive beside them
+    assert "Types: deb" in ssh(fleet, UBUNTU, "cat /etc/apt/sources.list.d/ubuntu.sources").stdout
+    assert "ubuntu2404-archive" in ssh(fleet, UBUNTU, "cat /etc/apt/sources.list.d/gpuprov-lab-archive.sources").stdout
+    served = ssh(fleet, UBUNTU, "cat /srv/gpuprov-standin/ubuntu2404-archive/Packages").stdout
+    assert {"linux-generic-hwe-24.04", "nvidia-driver-580-server"} <= set(re.findall(r"^Package: (\S+)$", served, re.M))
 
 
 @pytest.mark.parametrize("host", [DEBIAN, UBUNTU])
@@ -348,7 +360,7 @@ def test_no_secret_in_run_records(lab: dict[str, Any]) -> None:
 
 
 def test_branch_change_rolls_out_host_by_host_with_a_health_gate(lab: dict[str, Any]) -> None:
-    """``driver.branch: "550"`` (the lab's ``auto`` is 580 on Debian 12, 570 on the 20.04 stand-in): ``apply`` stops
+    """``driver.branch: "550"`` (the lab's ``auto`` is 580 on Debian 12 and the 24.04 stand-in): ``apply`` stops
     with the plan until the change is confirmed. ``gpuprov upgrade --serial 1`` confirms it: a process that holds
     the first host's GPUs and ignores SIGTERM stops the rollout there before anything changed (its services
     started again), the second host is left untouched and the resume command is printed; the resume command with
@@ -431,7 +443,7 @@ def test_down_removes_the_lab(lab: dict[str, Any]) -> None:
     gone = gpuprov("lab", "down", env=env, cwd=cwd)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     names = subprocess.run(
-        ["docker", "ps", "-a", "--filter", "label=org.gpuprov.lab", "--format", "{{.Names}}"],
+        ["docker", "ps", "-a", "--filter", f"label=org.gpuprov.lab.name={LAB_NAME}", "--format", "{{.Names}}"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert names == []

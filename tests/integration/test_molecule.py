@@ -19,6 +19,8 @@ import docker
 import pytest
 import yaml
 
+from gpuprov.lab.images import IMAGE_PREFIX
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 
@@ -30,6 +32,9 @@ def test_scenario(scenario: str, lab_images: dict[str, str]) -> None:
     config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text(encoding="utf-8"))
     client = docker.from_env()
     for platform in config["platforms"]:
+        image = platform["image"].partition(":")[0]
+        if image.startswith(IMAGE_PREFIX):
+            lab_images[image.removeprefix(IMAGE_PREFIX)]  # builds (or reuses) the lab image the platform runs
         for stale in client.containers.list(all=True, filters={"name": platform["name"]}):
             if stale.name == platform["name"]:
                 stale.remove(force=True)

@@ -2,13 +2,16 @@
 # gpuprov lab image recipe, stage 2: runs as root inside the debootstrapped root (via chroot).
 #
 # Inputs (environment, set by gpuprov.lab.images):
-#   GPUPROV_SUITE            bullseye | bookworm
+#   GPUPROV_SUITE            bullseye | bookworm | trixie
 #   GPUPROV_MIRROR           Debian mirror URL read from the build machine's apt sources
 #   GPUPROV_SECURITY_MIRROR  Debian security mirror URL, or empty (then no security entry)
 #   GPUPROV_COMPONENTS       space-separated apt components, e.g. "main contrib non-free"
 #   GPUPROV_SOURCES_FORMAT   deb822 | one-line
-#   GPUPROV_STANDIN          empty, or "ubuntu2004": dress the userland as Ubuntu 20.04 (labelled)
-#   GPUPROV_STANDIN_NOTE     one line saying what the stand-in really is
+#   GPUPROV_SOURCES_FILE     where the sources go: /etc/apt/sources.list (one-line), or
+#                            /etc/apt/sources.list.d/debian.sources or ubuntu.sources (deb822)
+#   GPUPROV_STANDIN_NOTE     empty, or one line saying what the stand-in really is: then dress the userland
+#   GPUPROV_OS_RELEASE       as the Ubuntu release of these two files (gpuprov.lab.imagespecs renders them)
+#   GPUPROV_LSB_RELEASE
 #
 # Every file it writes is listed in docs/lab.md. No mirror host name is written into the repo: the
 # mirror reaches the image only through GPUPROV_MIRROR at build time.
@@ -27,7 +30,7 @@ if [ "$GPUPROV_SOURCES_FORMAT" = deb822 ]; then
                 "$GPUPROV_SECURITY_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
             printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n'
         fi
-    } > /etc/apt/sources.list.d/debian.sources
+    } > "$GPUPROV_SOURCES_FILE"
 else
     {
         printf 'deb %s %s %s\n' "$GPUPROV_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
@@ -35,7 +38,7 @@ else
         if [ -n "$GPUPROV_SECURITY_MIRROR" ]; then
             printf 'deb %s %s-security %s\n' "$GPUPROV_SECURITY_MIRROR" "$GPUPROV_SUITE" "$GPUPROV_COMPONENTS"
         fi
-    } > /etc/apt/sources.list
+    } > "$GPUPROV_SOURCES_FILE"
 fi
 # Like the Debian container images: do not keep downloaded .debs. Unlike them, keep apt's binary package
 # cache (pkgcache.bin), as every server does: without it each apt run, and each open of the cache by
@@ -109,32 +112,14 @@ for modules in /lib/modules/*; do
 done
 ls /boot/vmlinuz-* /boot/initrd.img-* >/dev/null
 
-# --- the Ubuntu 20.04 stand-in: bullseye userland (glibc 2.31, as focal) dressed and labelled -----
-if [ "$GPUPROV_STANDIN" = ubuntu2004 ]; then
+# --- a stand-in: a Debian userland dressed as an Ubuntu release, and labelled ---------------------------
+if [ -n "$GPUPROV_STANDIN_NOTE" ]; then
     printf '%s\n' "$GPUPROV_STANDIN_NOTE" > /etc/gpuprov-standin
     # Divert base-files' /etc/os-release so an upgrade of base-files cannot undo the stand-in.
     dpkg-divert --quiet --local --rename --add /etc/os-release
-    cat > /etc/os-release <<'EOF'
-# gpuprov lab STAND-IN, not Ubuntu: see /etc/gpuprov-standin for what this userland really is.
-NAME="Ubuntu"
-VERSION="20.04.6 LTS (Focal Fossa)"
-ID=ubuntu
-ID_LIKE=debian
-PRETTY_NAME="Ubuntu 20.04.6 LTS"
-VERSION_ID="20.04"
-HOME_URL="https://www.ubuntu.com/"
-SUPPORT_URL="https://help.ubuntu.com/"
-BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
-PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
-VERSION_CODENAME=focal
-UBUNTU_CODENAME=focal
-EOF
-    cat > /etc/lsb-release <<'EOF'
-DISTRIB_ID=Ubuntu
-DISTRIB_RELEASE=20.04
-DISTRIB_CODENAME=focal
-DISTRIB_DESCRIPTION="Ubuntu 20.04.6 LTS"
-EOF
+    printf '%s' "$GPUPROV_OS_RELEASE" > /etc/os-release
+    printf '%s' "$GPUPROV_LSB_RELEASE" > /etc/lsb-release
+    grep -q '^ID=ubuntu$' /etc/os-release
 fi
 
 # --- keep the image small -------------------------------------------------------------------------

@@ -345,15 +345,16 @@ def driver_packages(branch: str, version: str, revision: str = UBUNTU_REVISION,
     -server (the tiny real DKMS module); libnvidia-compute-535 and -server; nvidia-utils-535 and -server;
     nvidia-compute-utils-535 and -server (nvidia-persistenced and its unit); nvidia-fabricmanager-535
     (nv-fabricmanager, nvidia-fabricmanager.service); cuda-drivers-535. ``flavours`` selects the
-    nvidia-driver variants ("" proprietary, "-open", "-server").
+    nvidia-driver variants ("" proprietary, "-open", "-server", and Ubuntu's archive's "-server-open"; the
+    -server ones take the -server userland).
     """
     pv = f"{version}{revision}"
     specs: list[PackageSpec] = []
-    for u in sorted({"-server" if f == "-server" else "" for f in flavours}):
+    for u in sorted({"-server" if f.startswith("-server") else "" for f in flavours}):
         names = (f"libnvidia-compute-{branch}{u}", f"nvidia-utils-{branch}{u}", f"nvidia-compute-utils-{branch}{u}")
         specs += userland_packages(names, f"{branch}{u}", version, pv)
     for flavour in flavours:
-        u = "-server" if flavour == "-server" else ""
+        u = "-server" if flavour.startswith("-server") else ""
         dkms_name = f"nvidia-dkms-{branch}{flavour}"
         specs.append(nvidia_dkms(branch, version, pv, dkms_name))
         specs.append(PackageSpec(
@@ -388,11 +389,6 @@ def cuda_metas(cuda: str, cuda_package_version: str, branch: str, driver_version
 
 PRESETS = ("ubuntu-hwe", "nvidia-dkms", "debian-kernel", "nvidia-driver")
 
-#: The stand-in HWE kernel of the Ubuntu 20.04 lab host (what ``ubuntu-hwe`` builds).
-HWE_ABI = "5.15.0-105"
-HWE_META_VERSION = "5.15.0.105.112~20.04.1"
-
-
 #: Driver branches the lab's stand-in CUDA repository offers (``driver.branch: auto`` resolves to one
 #: of these for the lab's H200 hosts), with a release of each.
 LAB_BRANCHES = {"535": "535.183.01", "550": "550.127.05", "570": "570.133.20", "580": "580.65.06"}
@@ -406,17 +402,6 @@ def lab_cuda_packages(os_name: str = "ubuntu2004") -> list[PackageSpec]:
     specs = [spec for branch, version in LAB_BRANCHES.items() for spec in driver_packages(branch, version, revision)]
     newest = max(LAB_BRANCHES, key=int)
     return specs + cuda_metas("12.8", "12.8.1-1", newest, LAB_BRANCHES[newest], revision)
-
-
-def lab_ubuntu_archive_packages(debian_kernel: str) -> list[PackageSpec]:
-    """The Ubuntu 20.04 stand-in's archive extras: ``linux-generic-hwe-20.04`` and its image/headers metas.
-
-    The HWE headers link to the real Debian headers of ``debian_kernel`` (the stand-in's own kernel,
-    e.g. ``5.10.0-32-amd64``) and depend on their package, so DKMS really compiles for the HWE kernel.
-    """
-    real = f"linux-headers-{debian_kernel}"
-    return ubuntu_kernel(HWE_ABI, "generic", "generic-hwe-20.04", HWE_META_VERSION, f"/usr/src/{real}", (real,),
-                         hooks=True)
 
 
 def preset(name: str, headers_target: str | None = None) -> list[PackageSpec]:

@@ -273,7 +273,7 @@ def lab_toolkit_packages(cuda: Iterable[str] = ("11.8", "12.2", "12.8", "13.0"))
 
 def lab_toolkit_packages_for(os_name: str) -> list[StandinPackage]:
     """:func:`lab_toolkit_packages` for the stand-in toolkits NVIDIA publishes for ``os_name`` ("debian12",
-    "ubuntu2004"), per the compatibility matrix's OS rows (CUDA 13.0 is not published for Ubuntu 20.04).
+    "ubuntu2404" ...), per the compatibility matrix's OS rows (CUDA 13.0 is not published for Ubuntu 20.04).
 
     Raises:
         ConfigError: the matrix has no such OS, or gcc failed.

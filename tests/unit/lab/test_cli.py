@@ -38,10 +38,10 @@ def test_up_defaults_to_one_host_per_os_and_writes_fleet(monkeypatch: pytest.Mon
     calls: list[tuple[int, list[str]]] = []
     monkeypatch.setattr(containers, "up", _fake_up(calls))
     assert main(["lab", "up"]) == 0
-    assert calls == [(2, ["debian12", "ubuntu2004"])]
+    assert calls == [(2, ["debian12", "ubuntu2404"])]
     doc = yaml.safe_load((tmp_path / "inventory" / "lab.yml").read_text())
     assert doc["hosts"]["lab-debian12-1"]["settings"]["os"] == "debian12"
-    assert doc["hosts"]["lab-ubuntu2004-2"]["port"] == 22202
+    assert doc["hosts"]["lab-ubuntu2404-2"]["port"] == 22202
     assert doc["ssh"]["key"] == str(tmp_path / "state" / "lab" / "id_ed25519")
 
 
@@ -58,8 +58,9 @@ def test_up_os_repeated_and_comma_separated(monkeypatch: pytest.MonkeyPatch, tmp
 
 
 def test_up_rejects_unknown_os(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["lab", "up", "--os", "ubuntu2204"]) == 2
-    assert "ubuntu2204" in capsys.readouterr().err
+    assert main(["lab", "up", "--os", "ubuntu2604"]) == 2
+    err = capsys.readouterr().err
+    assert "'ubuntu2604' is not one of debian12, ubuntu2004, ubuntu2204, ubuntu2404" in err
 
 
 def test_up_environment_missing_exits_4(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,15 +7,30 @@ from pathlib import Path
 import pytest
 
 from gpuprov.exceptions import ConfigError
-from gpuprov.lab.containers import HostStatus, plan, ssh_argv
+from gpuprov.lab.containers import HostStatus, lab_name, plan, ssh_argv
 from gpuprov.lab.state import LabHost
 
 
 def test_plan_default_is_one_of_each() -> None:
     assert plan(2) == [
         ("gpuprov-lab-1", "lab-debian12-1", "debian12"),
-        ("gpuprov-lab-2", "lab-ubuntu2004-2", "ubuntu2004"),
+        ("gpuprov-lab-2", "lab-ubuntu2404-2", "ubuntu2404"),
     ]
+
+
+def test_a_named_lab_has_containers_of_its_own() -> None:
+    assert plan(2, ["ubuntu2204"], "ci1") == [
+        ("gpuprov-lab-ci1-1", "lab-ubuntu2204-1", "ubuntu2204"),
+        ("gpuprov-lab-ci1-2", "lab-ubuntu2204-2", "ubuntu2204"),
+    ]
+    assert lab_name({}) == "" and lab_name({"GPUPROV_LAB_NAME": "ci1"}) == "ci1"
+
+
+@pytest.mark.parametrize("bad", ["CI", "ci-1", "a" * 17, "../x"])
+def test_a_bad_lab_name_is_a_usage_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="GPUPROV_LAB_NAME") as err:
+        lab_name({"GPUPROV_LAB_NAME": bad})
+    assert err.value.exit_code == 2
 
 
 def test_plan_cycles_over_oses() -> None:

@@ -46,12 +46,15 @@ class FakeContainers:
         self.client = client
 
     def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
-        return list(self.client.by_name.values())
+        key, has_value, value = (filters or {}).get("label", "").partition("=")
+        return [c for c in self.client.by_name.values()
+                if not key or (c.labels.get(key) == value if has_value else key in c.labels)]
 
     def run(self, image: str, *, name: str, hostname: str, ports: dict[str, Any], labels: dict[str, str],
             **_: Any) -> FakeContainer:  # fmt: skip
         self.client.events.append(f"create {name} {image} {ports['22/tcp'][1]}")
         c = FakeContainer(self.client, name, hostname, labels[containers.LABEL_HOST_OS], ports["22/tcp"][1], "running")
+        c.labels = dict(labels)
         self.client.by_name[name] = c
         return c
 
@@ -90,10 +93,10 @@ def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
 
 def test_fresh_lab_creates_hosts_on_the_lowest_ports(client: FakeClient, tmp_path: Path) -> None:
     hosts = containers.up(2, lab_dir=tmp_path, client=client)
-    assert [(h.hostname, h.port) for h in hosts] == [("lab-debian12-1", 22201), ("lab-ubuntu2004-2", 22202)]
+    assert [(h.hostname, h.port) for h in hosts] == [("lab-debian12-1", 22201), ("lab-ubuntu2404-2", 22202)]
     assert client.events == [
         "create gpuprov-lab-1 gpuprov-lab-debian12:hash 22201",
-        "create gpuprov-lab-2 gpuprov-lab-ubuntu2004:hash 22202",
+        "create gpuprov-lab-2 gpuprov-lab-ubuntu2404:hash 22202",
     ]
     assert state.known_hosts_path(tmp_path).read_text().splitlines() == [
         "[127.0.0.1]:22201 ssh-ed25519 AAAAC3Nza",
@@ -104,7 +107,7 @@ def test_fresh_lab_creates_hosts_on_the_lowest_ports(client: FakeClient, tmp_pat
 
 def test_rerun_keeps_running_starts_stopped_recreates_missing(client: FakeClient, tmp_path: Path) -> None:
     client.add(1, "debian12", 22201)
-    client.add(2, "ubuntu2004", 22205, status="exited")
+    client.add(2, "ubuntu2404", 22205, status="exited")
     client.add(4, "debian12", 22207)  # beyond --hosts 3: removed
     hosts = containers.up(3, lab_dir=tmp_path, client=client)
     assert client.events == [
@@ -115,8 +118,22 @@ def test_rerun_keeps_running_starts_stopped_recreates_missing(client: FakeClient
     assert [h.port for h in hosts] == [22201, 22205, 22202]
 
 
+def test_a_named_lab_leaves_the_unnamed_lab_alone(client: FakeClient, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    client.add(1, "debian12", 22201)  # the unnamed lab's host, on a port that is then taken
+    monkeypatch.setattr("gpuprov.lab.ports.port_is_free", lambda port, address="127.0.0.1": port != 22201)
+    monkeypatch.setenv("GPUPROV_LAB_NAME", "ci1")
+    hosts = containers.up(1, ["ubuntu2204"], lab_dir=tmp_path, client=client)
+    assert client.events == ["create gpuprov-lab-ci1-1 gpuprov-lab-ubuntu2204:hash 22202"]
+    labels = client.by_name["gpuprov-lab-ci1-1"].labels
+    assert labels[containers.LABEL_LAB_NAME] == "ci1" and containers.LABEL_LAB not in labels  # unseen by unnamed labs
+    assert [r.name for r in containers.status(lab_dir=tmp_path, client=client)] == [h.name for h in hosts]
+    assert containers.down(lab_dir=tmp_path, client=client) == ["gpuprov-lab-ci1-1"]
+    assert set(client.by_name) == {"gpuprov-lab-1"}
+
+
 def test_os_change_recreates_the_host(client: FakeClient, tmp_path: Path) -> None:
-    client.add(1, "ubuntu2004", 22201)
+    client.add(1, "ubuntu2404", 22201)
     containers.up(1, ["debian12"], lab_dir=tmp_path, client=client)
     assert client.events == ["remove gpuprov-lab-1", "create gpuprov-lab-1 gpuprov-lab-debian12:hash 22201"]
 
@@ -152,7 +169,7 @@ def test_up_restarts_a_running_host_whose_port_vanished(client: FakeClient, tmp_
     """Docker's port forwarding of a running container can die with dockerd's session: up restarts that host
     (which publishes the port again) and leaves the healthy one alone."""
     client.add(1, "debian12", 22201)
-    client.add(2, "ubuntu2004", 22202)
+    client.add(2, "ubuntu2404", 22202)
     client.dead_ports.add(22202)
     hosts = containers.up(2, lab_dir=tmp_path, client=client)
     assert client.events == ["restart gpuprov-lab-2"]
