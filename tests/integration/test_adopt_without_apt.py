@@ -230,6 +230,6 @@ def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[An
     skipped = _messages(result, "install | Say why apt is not run for the toolkits")
     assert "python3-apt is missing" in skipped
     assert "CUDA 13.0 in parts (cuda-nvcc-13-0" in skipped
-    repo = _messages(result, "Say why the CUDA repository is not configured")
+    repo = _messages(result, "packages | Say why the CUDA repository is not configured")
     assert "python3-apt is missing" in repo
     exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1 && ! dpkg -s cuda-toolkit-13-0 >/dev/null 2>&1")

@@ -94,6 +94,7 @@ def test_check_json_reports_drift_on_a_fresh_host(lab_fleet: tuple[Any, Path], t
     assert not report.failed, report.failed
     (components,) = report.hosts.values()
     assert set(components) == {"kernel", "driver", "fabric_manager", "cuda", "cudnn", "nccl", "container_toolkit",
-                               "runtime_config", "mig"}
+                               "runtime_config", "mig", "upgrade"}
+    assert components["upgrade"]["in_sync"]  # no gpuprov upgrade was left unfinished here
     assert not components["driver"]["in_sync"]  # no nvidia-driver-<branch> installed on a fresh host
     assert components["driver"]["installed"]["nvml_driver_version"] == "580.159.04"  # the mock's reading
