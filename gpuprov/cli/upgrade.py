@@ -26,7 +26,7 @@ STACK = ("driver", "fabric_manager", "cuda", "cudnn", "nccl", "upgrade")
 STAGES = {
     "planned": "stopped before any change (services started again)",
     "stopped": "driver unloaded; the new stack did not install (services left stopped)",
-    "applied": "new stack installed; the verify ladder failed (services left stopped)",
+    "applied": "new stack installed and services started; the verify ladder failed",
     "verified": "upgraded and verified",
 }
 
