@@ -382,9 +382,10 @@ def test_branch_change_rolls_out_host_by_host_with_a_health_gate(lab: dict[str, 
     assert {h["name"]: driver_packages(h["container"]) for h in hosts} == before
 
     # a holder the GPU services do not own, that SIGTERM does not end (a device file of the lab's own)
-    # setsid --fork returns at once: nothing keeps the SSH session's output open
+    # setsid --fork returns at once: nothing keeps the SSH session's output open; 3599 s, as the stand-in daemons
+    # sleep 3600
     ssh(fleet, first, "sudo touch /dev/nvidia-upgrade-test && sudo setsid --fork sh -c "
-                      "'trap \"\" TERM; exec 3</dev/nvidia-upgrade-test; sleep 3600' </dev/null >/dev/null 2>&1")
+                      "'trap \"\" TERM; exec 3</dev/nvidia-upgrade-test; sleep 3599' </dev/null >/dev/null 2>&1")
     stopped = gpuprov("upgrade", str(moved_fleet), "--serial", "1", env=env, cwd=cwd)
     out = stopped.stdout + stopped.stderr
     assert stopped.returncode == 3, out
@@ -397,7 +398,7 @@ def test_branch_change_rolls_out_host_by_host_with_a_health_gate(lab: dict[str, 
 
     moved = gpuprov(*resume[1:], "--kill-holders", "--json", str(cwd / "moved.json"), env=env, cwd=cwd)
     assert moved.returncode == 0, moved.stdout + moved.stderr
-    assert ssh(fleet, first, "pgrep -f 'slee[p] 3600'", check=False).returncode == 1  # the holder was ended
+    assert ssh(fleet, first, "pgrep -f 'slee[p] 3599'", check=False).returncode == 1  # the holder was ended
     for host in hosts:
         packages = driver_packages(host["container"])
         assert any(name.startswith("nvidia-driver-550") for name in packages), packages
