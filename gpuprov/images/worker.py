@@ -99,7 +99,8 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
     if build_kernel is not None:
         build_kernel()
     startup.mark("kernel")
-    batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share)
+    batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share,
+                                    cache_key=getattr(task, "probe_key", None))  # fmt: skip
     startup.mark("probe")
     build_compiled = getattr(task, "build_compiled", None)
     if build_compiled is not None:
@@ -242,6 +243,12 @@ def _child_main() -> None:
             # the wrong device, a missing package (onnxruntime for an .onnx model): a restart fails the same way
             sys.exit(EXIT_ENVIRONMENT)
         raise
+    # Every result is committed, the queue closed and the exit event written: end without the interpreter's
+    # shutdown, which with torch and a CUDA context loaded runs module and CUDA teardown for seconds and does
+    # nothing the job needs (the run waits for it; docs/benchmarks.md has the measurement).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
