@@ -38,31 +38,47 @@ def write_manifest(queue: Queue, out: Path, total: int = 0) -> tuple[int, int]:
             f"the queue held {total} tasks when the run started and holds {now} now: it lost tasks (a Redis server "
             f"restarted without persistence?); {out / 'manifest.jsonl'} is left as it was"
         )
-    rows = [{"shard": shard, **row} for shard, row in queue.results()]
+    # each line is the stored result's compact JSON text with "shard" put first: copied, not parsed and
+    # dumped again (a parse and a dump per row were most of a large run's last seconds: docs/benchmarks.md)
+    lines = [_with_shard(shard, row) for shard, row in queue.result_texts()]
     had = _rows_in(out / "manifest.jsonl")
-    if had > len(rows):
+    if had > len(lines):
         raise QueueLost(
-            f"{out / 'manifest.jsonl'} has {had} rows but the queue has only {len(rows)} results: the queue lost "
+            f"{out / 'manifest.jsonl'} has {had} rows but the queue has only {len(lines)} results: the queue lost "
             "tasks (a Redis server restarted without persistence?); the manifest is left as it was. For another "
             "job, use another --out (or move that manifest away)"
         )
     fails = [{"shard": s, "path": p.get("path"), "state": st, "reason": r} for s, st, r, p in queue.failures()]
-    atomic_write(out / "manifest.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+    atomic_write(out / "manifest.jsonl", "".join(line + "\n" for line in lines).encode())
     atomic_write(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in fails).encode())
+    _write_parquet(out, lines)
+    return len(lines), len(fails)
+
+
+def _with_shard(shard: int, row: str) -> str:
+    """The manifest line of a stored result row (a JSON object's text): ``{"shard":N,`` and the row's keys."""
+    return f'{{"shard":{shard}}}' if row == "{}" else f'{{"shard":{shard},{row[1:]}'
+
+
+def _write_parquet(out: Path, lines: list[str]) -> None:
+    """``out/manifest.parquet`` beside the JSON lines, where pyarrow is installed: columns ``shard``, ``path``,
+    ``sha256`` (read from the lines by pyarrow's JSON reader; "" where a row has none) and ``row`` (the line)."""
     try:
         pa = importlib.import_module("pyarrow")
+        pc = importlib.import_module("pyarrow.compute")
+        pj = importlib.import_module("pyarrow.json")
         pq = importlib.import_module("pyarrow.parquet")
     except ImportError:
-        return len(rows), len(fails)
+        return
+    wanted = pa.schema([("shard", pa.int64()), ("path", pa.string()), ("sha256", pa.string())])
+    options = pj.ParseOptions(explicit_schema=wanted, unexpected_field_behavior="ignore")
+    table = pj.read_json(out / "manifest.jsonl", parse_options=options) if lines else wanted.empty_table()
+    table = pa.table({
+        "shard": table["shard"],
+        "path": pc.fill_null(table["path"], ""),
+        "sha256": pc.fill_null(table["sha256"], ""),
+        "row": pa.array(lines, pa.string()),
+    })  # fmt: skip
     tmp = out / ".manifest.parquet.tmp"
-    table = pa.table(
-        {
-            "shard": pa.array([r["shard"] for r in rows], pa.int64()),
-            "path": pa.array([r.get("path", "") for r in rows], pa.string()),
-            "sha256": pa.array([r.get("sha256", "") for r in rows], pa.string()),
-            "row": pa.array([json.dumps(r, sort_keys=True) for r in rows], pa.string()),
-        }
-    )
     pq.write_table(table, tmp)
     tmp.replace(out / "manifest.parquet")
-    return len(rows), len(fails)

@@ -157,6 +157,11 @@ class Queue(Protocol):
         """``(shard, row)`` for each done task, in shard order, exactly one per task."""
         ...
 
+    def result_texts(self) -> Iterator[tuple[int, str]]:
+        """:meth:`results` as stored: ``(shard, row)`` with ``row`` the result's compact, key-sorted JSON text
+        (:func:`dump_json`), for writers that copy rows without parsing them (the run's manifest)."""
+        ...
+
     def failures(self) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
         """``(shard, state, reason, payload)`` for each failed or dead task, in shard order (the payload
         names the input, e.g. its ``path``)."""

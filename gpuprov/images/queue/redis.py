@@ -191,12 +191,17 @@ class RedisQueue:
         return QueueStats(*(int(v or 0) for v in values))
 
     def results(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        """See :meth:`Queue.results`. Reads in pages of 1000 by shard."""
+        """See :meth:`Queue.results`."""
+        for shard, row in self.result_texts():
+            yield shard, load_json(row)
+
+    def result_texts(self) -> Iterator[tuple[int, str]]:
+        """See :meth:`Queue.result_texts`. Reads in pages of 1000 by shard."""
         for page in self._pages("done"):
             rows = self._call(self._r.hmget, self._k["result"], [tid for _, tid in page])
             for (shard, _), row in zip(page, rows, strict=True):
                 if row is not None:  # a done task always has its row
-                    yield shard, load_json(row)
+                    yield shard, row.decode()
 
     def failures(self) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
         """See :meth:`Queue.failures`."""

@@ -342,15 +342,25 @@ class SqliteQueue:
         return QueueStats(new + pending, leased + expired, total - open_ - failed - dead, failed, dead)
 
     def results(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        """See :meth:`Queue.results`. Reads in pages of 1000 rows, so a long iteration holds no lock."""
+        """See :meth:`Queue.results`. Parses a page of rows in one call."""
+        for page in self._result_pages():
+            rows = json.loads(f"[{','.join(row for _, row in page)}]")
+            yield from zip((shard for shard, _ in page), rows, strict=True)
+
+    def result_texts(self) -> Iterator[tuple[int, str]]:
+        """See :meth:`Queue.result_texts`."""
+        for page in self._result_pages():
+            yield from page
+
+    def _result_pages(self) -> Iterator[list[tuple[int, str]]]:
+        """The results table in shard order, in pages of 1000 rows, so a long iteration holds no lock."""
         after = -1
         while True:
             with self._lock:
                 page = self._db.execute(
                     "SELECT shard, row FROM results WHERE shard > ? ORDER BY shard LIMIT ?", (after, _PAGE)
                 ).fetchall()
-            rows = json.loads(f"[{','.join(row for _, row in page)}]")
-            yield from zip((shard for shard, _ in page), rows, strict=True)
+            yield page
             if len(page) < _PAGE:
                 return
             after = page[-1][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,4 +40,39 @@ def test_a_queue_that_shrank_since_the_run_started_writes_nothing(tmp_path: Path
         write_manifest(queue, out, total=5)
     assert not (out / "manifest.jsonl").exists()
     assert write_manifest(queue, out, total=2) == (2, 0)
+    queue.close()
+
+
+def test_the_manifest_has_each_result_once_in_shard_order_with_its_shard(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    queue = open_queue(f"sqlite:///{tmp_path / 'q.db'}")
+    queue.submit([{"path": f"/img/{i}.jpg"} for i in range(4)])
+    tasks = queue.claim("w", 4, 30)
+    rows = {t.id: {"path": t.payload["path"], "top5": [[7, 0.5]], "task": "model:r.pt"} for t in tasks}
+    queue.complete("w", [(t.id, rows[t.id]) for t in reversed(tasks[1:])])  # done out of order
+    queue.fail("w", tasks[0].id, "corrupt JPEG", retry=False)
+    assert write_manifest(queue, out) == (3, 1)
+    lines = (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [{"shard": t.shard, **rows[t.id]} for t in tasks[1:]]
+    assert all(line.startswith('{"shard":') for line in lines)
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert failures == [{"shard": tasks[0].shard, "path": "/img/0.jpg", "state": "failed", "reason": "corrupt JPEG"}]
+    queue.close()
+
+
+def test_the_parquet_manifest_holds_the_same_rows(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "out"
+    out.mkdir()
+    queue = open_queue(f"sqlite:///{tmp_path / 'q.db'}")
+    queue.submit([{"path": f"/img/{i}.jpg"} for i in range(3)])
+    tasks = queue.claim("w", 3, 30)
+    queue.complete("w", [(t.id, {"path": t.payload["path"], "sha256": f"{i:064x}", "top5": [[1, 0.25]]})
+                         for i, t in enumerate(tasks[:2])] + [(tasks[2].id, {"note": "no path"})])  # fmt: skip
+    write_manifest(queue, out)
+    table = pq.read_table(out / "manifest.parquet").to_pydict()
+    assert table["shard"] == [t.shard for t in tasks]
+    assert table["path"] == ["/img/0.jpg", "/img/1.jpg", ""] and table["sha256"] == [f"{0:064x}", f"{1:064x}", ""]
+    assert table["row"] == (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()
     queue.close()
