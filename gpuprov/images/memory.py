@@ -6,11 +6,15 @@ Sizes are in bytes; a batch size is a number of images.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
+from gpuprov.images.compiled import cache_root
 from gpuprov.images.lazy_torch import torch_modules
 
 log = logging.getLogger(__name__)
@@ -99,14 +103,18 @@ class Backoff:
         return results
 
 
-def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int | None = None, share: int = 1) -> int:
+def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int | None = None, share: int = 1,
+               cache_key: str | None = None) -> int:  # fmt: skip
     """A safe maximum batch: run ``probe(AUTO_PROBE_BATCH)``, read the peak memory, scale with headroom.
 
     On CUDA: ``per_image = (max_memory_allocated after the probe - allocated before) / probe batch``
     (bytes) and ``batch = floor(free / share * AUTO_HEADROOM / per_image)`` (``free``: ``free_bytes``,
     default the device's free memory; ``share``: worker processes on the device, which split its free
-    memory), rounded down to a multiple of 8 and capped at ``AUTO_MAX_BATCH``. On CPU there is no
-    allocator peak: the result is ``CPU_DEFAULT_BATCH`` (or what the memory budget allows).
+    memory), rounded down to a multiple of 8 and capped at ``AUTO_MAX_BATCH``. With ``cache_key`` (what the
+    probe's memory depends on: the model file, input side, dtype) ``per_image`` is kept in the compile cache
+    folder per key, GPU model and torch version, and a worker that finds it there skips the probe (its first
+    batch of a new shape pays cuDNN's autotuning, seconds). On CPU there is no allocator peak: the result is
+    ``CPU_DEFAULT_BATCH`` (or what the memory budget allows).
     """
     torch, _ = torch_modules()
     if device == "cpu":
@@ -118,13 +126,16 @@ def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int |
             except MemoryError:
                 batch //= 2
         return batch
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    probe(AUTO_PROBE_BATCH)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    per_image = max(1, peak // AUTO_PROBE_BATCH)
+    record = _probe_record(cache_key, torch) if cache_key else None
+    per_image = _read_per_image(record)
+    if per_image is None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        probe(AUTO_PROBE_BATCH)
+        torch.cuda.synchronize()
+        per_image = max(1, (torch.cuda.max_memory_allocated() - before) // AUTO_PROBE_BATCH)
+        _write_per_image(record, per_image)
     if free_bytes is None:
         free_bytes, _total = torch.cuda.mem_get_info()
     batch = int(free_bytes // max(1, share) * AUTO_HEADROOM // per_image)
@@ -133,3 +144,35 @@ def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int |
         "auto batch: %d bytes/image at probe %d, %d free -> batch %d", per_image, AUTO_PROBE_BATCH, free_bytes, batch
     )
     return batch
+
+
+def _probe_record(cache_key: str, torch: Any) -> Path:
+    """The file that keeps the probe's bytes per image for ``cache_key`` on this GPU model and torch version."""
+    gpu = torch.cuda.get_device_name()
+    digest = hashlib.sha256(f"{cache_key}|{gpu}|{torch.__version__}".encode()).hexdigest()[:32]
+    return cache_root() / f"probe-{digest}.json"
+
+
+def _read_per_image(record: Path | None) -> int | None:
+    """The bytes per image a previous probe recorded in ``record``; None when there is none or it is unreadable."""
+    if record is None:
+        return None
+    try:
+        value = json.loads(record.read_text(encoding="utf-8")).get("per_image_bytes")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _write_per_image(record: Path | None, per_image: int) -> None:
+    """Keep ``per_image`` in ``record`` (written whole, then renamed in); a folder that cannot be written is
+    logged and left: the next worker probes again."""
+    if record is None:
+        return
+    tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+    try:
+        record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"per_image_bytes": per_image}), encoding="utf-8")
+        tmp.replace(record)
+    except OSError as exc:
+        log.info("batch probe result not kept in %s: %s", record, exc)

@@ -210,16 +210,15 @@ class ModelTask:
         self.module: Any = None
         self.full_batch: int | None = None
         self.compiled: CompiledStep | None = None
-        self.model_key = ""  # the model file's path, size and modification time: names its compiled build
         self.compile_choice = compile_mode(compile, device, path.suffix in EXPORTED_SUFFIXES, torch)
         if not path.is_file():
             raise ConfigError(f"--model {path}: no such file")
+        info = path.stat()  # the model file's path, size and modification time name its build and probe
+        self.model_key = f"{path.resolve()}|{info.st_size}|{info.st_mtime_ns}"
         if path.suffix == ".onnx":
             self.half = False
             self.onnx = _onnx_session(path, device)
         elif path.suffix in EXPORTED_SUFFIXES:
-            info = path.stat()
-            self.model_key = f"{path.resolve()}|{info.st_size}|{info.st_mtime_ns}"
             try:
                 module = torch.export.load(str(path)).module().to(device)
             except Exception as exc:  # a bad archive raises RuntimeError, KeyError, ValueError, ...
@@ -240,6 +239,12 @@ class ModelTask:
                 module = module.half()
             module = module.to(memory_format=torch.channels_last)
             self.module = inference_module(module) if optimize else module
+
+    @property
+    def probe_key(self) -> str:
+        """What the memory a batch of this task needs depends on (the model file, input side and dtype): the key
+        under which :func:`~gpuprov.images.memory.auto_batch` keeps its probe's result."""
+        return f"model|{self.model_key}|{self.size}|{self.half}"
 
     def build_kernel(self) -> None:
         """Compile the fused crop+resize kernel now, on one small synthetic image, so that a worker's start-up

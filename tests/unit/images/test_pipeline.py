@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +117,59 @@ def test_budget_drives_oom_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_auto_batch_cpu_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(memory.MEM_BUDGET_ENV, raising=False)
     assert memory.auto_batch("cpu", lambda n: None) == memory.CPU_DEFAULT_BATCH
+
+
+class FakeCuda:
+    """torch.cuda's allocator counters as auto_batch reads them: each probe batch of n images allocates
+    ``per_image * n`` bytes at its peak; ``free`` bytes are free."""
+
+    def __init__(self, per_image: int, free: int) -> None:
+        self.per_image, self.free, self.peak, self.probes = per_image, free, 0, 0
+
+    def probe(self, n: int) -> None:
+        self.probes += 1
+        self.peak = self.per_image * n
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for name, fn in {"synchronize": lambda: None, "reset_peak_memory_stats": lambda: None,
+                         "memory_allocated": lambda: 0, "max_memory_allocated": lambda: self.peak,
+                         "mem_get_info": lambda: (self.free, 2 * self.free),
+                         "get_device_name": lambda: "NVIDIA H200"}.items():  # fmt: skip
+            monkeypatch.setattr(torch.cuda, name, fn)
+
+
+def test_auto_batch_keeps_its_probe_per_model_and_skips_it_next_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPUPROV_IMAGES_CACHE_DIR", str(tmp_path / "cache"))
+    cuda = FakeCuda(per_image=1_000_000, free=2_000_000_000)
+    cuda.install(monkeypatch)
+    # 2e9 free / 2 processes * 0.8 headroom / 1e6 bytes per image = 800 images
+    assert memory.auto_batch("cuda", cuda.probe, share=2, cache_key="model|a.pt|224|True") == 800
+    assert cuda.probes == 1 and len(list((tmp_path / "cache").glob("probe-*.json"))) == 1
+    cuda.free = 1_000_000_000  # other workers took memory since: the batch follows the free memory, unprobed
+    assert memory.auto_batch("cuda", cuda.probe, share=2, cache_key="model|a.pt|224|True") == 400
+    assert cuda.probes == 1
+    cuda.per_image = 500_000  # another model file: probed and kept apart
+    assert memory.auto_batch("cuda", cuda.probe, share=2, cache_key="model|b.pt|224|True") == 800
+    assert memory.auto_batch("cuda", cuda.probe, share=2) == 800  # no key: probed every time
+    assert cuda.probes == 3
+
+
+def test_auto_batch_probes_when_its_record_is_damaged_or_cannot_be_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GPUPROV_IMAGES_CACHE_DIR", str(cache))
+    cuda = FakeCuda(per_image=1_000_000, free=1_000_000_000)
+    cuda.install(monkeypatch)
+    memory.auto_batch("cuda", cuda.probe, cache_key="k")
+    (record,) = cache.glob("probe-*.json")
+    record.write_text("{not json", encoding="utf-8")
+    assert memory.auto_batch("cuda", cuda.probe, cache_key="k") == 800 and cuda.probes == 2
+    assert json.loads(record.read_text(encoding="utf-8")) == {"per_image_bytes": 1_000_000}
+    monkeypatch.setenv("GPUPROV_IMAGES_CACHE_DIR", str(record / "not-a-folder"))
+    assert memory.auto_batch("cuda", cuda.probe, cache_key="k") == 800 and cuda.probes == 3
 
 
 def test_crop_resize_batch_keeps_order_and_scale() -> None:
