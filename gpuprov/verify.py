@@ -144,7 +144,7 @@ def _evidence_text(entry: dict[str, Any]) -> str:
     name = entry.get("name")
     if name == "gpus" and ev.get("names"):
         return f"{ev.get('count')} x {', '.join(sorted({str(n) for n in ev['names']}))}"
-    if name == "driver_version":
+    if name == "driver_version" and (ev.get("driver_version") or ev.get("nvml_version")):
         return f"driver {ev.get('driver_version')}, NVML {ev.get('nvml_version')}"
     if name == "nccl_allreduce" and isinstance(ev.get("result"), dict) and ev["result"].get("available"):
         result = ev["result"]

@@ -258,6 +258,16 @@ def _check_branch(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | 
                  f"use one of {', '.join(offered)} on {os_name}")
 
 
+#: The driver methods whose packages the matrix lists per OS (``os_has_branch``); runfile takes any branch.
+PACKAGE_METHODS = ("cuda-repo", "distro")
+
+
+def _supported_fits(m: Matrix, s: dict[str, Any], gpu: GpuModel | None, cuda_ok: bool, day: dt.date) -> list[str]:
+    """The fitting branches (:func:`_fitting_branches`) whose published end of life is still ahead on ``day``:
+    those NVIDIA's current support table lists."""
+    return [b for b in _fitting_branches(m, s, gpu, cuda_ok) if m.branches[b].eol and not m.branches[b].ended(day)]
+
+
 def _check_lifecycle(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel | None, branch: str,
                      cuda_ok: bool) -> None:
     """A branch past NVIDIA's end of life gets no fixes, security fixes included: a warning naming the branch
@@ -265,17 +275,20 @@ def _check_lifecycle(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel
     entry, day = m.branches[branch], today()
     if not entry.ended(day):
         return
-    # the replacement must have a published end of life still ahead: NVIDIA's current support table lists it
-    supported = [b for b in _fitting_branches(m, s, gpu, cuda_ok) if m.branches[b].eol and not m.branches[b].ended(day)]
-    picked = _preferred(m, supported, day)
+    picked = _preferred(m, _supported_fits(m, s, gpu, cuda_ok, day), day)
     if picked is not None:
         new = m.branches[picked[0]]
         fix = (f'move to driver.branch "{new.branch}" ({BRANCH_KIND_NAMES[new.kind]}, supported to '
                f"{new.eol_text()})")
     else:
-        fix = (f"no branch NVIDIA still supports fits this host ({s['os']}, method {s['driver']['method']}, its GPU "
-               "and CUDA): a newer OS or method cuda-repo carries newer branches (`gpuprov matrix --section os`, "
-               "`--section driver_branches`)")
+        method = s["driver"]["method"]
+        # the other package sources the matrix knows to publish a supported branch that fits this OS
+        others = [other for other in PACKAGE_METHODS if other != method and any(
+            m.os_has_branch(s["os"], b, other)
+            for b in _supported_fits(m, {**s, "driver": {**s["driver"], "method": other}}, gpu, cuda_ok, day))]
+        fix = (f"no branch NVIDIA still supports fits this host ({s['os']}, method {method}, its GPU and CUDA): "
+               f"{''.join(f'method {other} or ' for other in others)}a newer OS carries newer branches "
+               "(`gpuprov matrix --section os`, `--section driver_branches`)")
     ctx.warn(("driver", "branch"),
              f"driver branch {branch} ({BRANCH_KIND_NAMES[entry.kind]}) reached end of life in {entry.eol_text()}: "
              "NVIDIA publishes no more fixes for it, security fixes included", fix)

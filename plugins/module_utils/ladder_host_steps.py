@@ -2,8 +2,8 @@
 # Apache-2.0
 """The verification ladder's rungs that read the host's GPU stack: NVML's GPUs against the fleet file,
 ``nvidia-smi -L``, driver versions, persistence mode, Fabric Manager, the stack's services and the MIG layout.
-The rules they apply are module_utils/health.py's and miglayout.py's, shared with gpuprov doctor. Python 3.8,
-stdlib only.
+The rules they apply are module_utils/health.py's and miglayout.py's, shared with gpuprov doctor; without NVML,
+the PCI bus as platform_pci.py reads it tells a machine without an NVIDIA GPU. Python 3.8, stdlib only.
 
 :class:`HostSteps` is mixed into :class:`~ladder.Ladder`; what its rungs read is
 :class:`~ladder_state.LadderState`'s.
@@ -30,6 +30,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.miglayout import (
     parse_mig_instances,
     unset,
 )
+from ansible_collections.gpuprov.gpu.plugins.module_utils.platform_pci import pci
 
 
 class HostSteps(LadderState):
@@ -37,13 +38,29 @@ class HostSteps(LadderState):
 
     def gpus_step(self):
         if not self.available():
-            return step("gpus", "fail", {"error_name": self.nvml.get("error_name"), "error": self.nvml.get("error")},
-                        "NVML is unavailable: %s" % self.nvml.get("error_name"))
+            return self._gpus_without_nvml()
         names = [g.get("name") for g in self.nvml.get("gpus") or []]
         evidence = {"count": self.nvml.get("count"), "names": names, "lost_gpus": self.nvml.get("lost_gpus") or [],
                     "expected_model": self.expected.get("model"), "expected_count": self.expected.get("count")}
         problems = gpu_problems(self.nvml, self.expected)
         return step("gpus", "fail" if problems else "pass", evidence, "; ".join(problems) or None)
+
+    def _gpus_without_nvml(self):
+        """The ``gpus`` rung where NVML is unavailable: the PCI bus tells a machine without an NVIDIA GPU (no
+        driver action can help) from GPUs the driver does not serve."""
+        error_name = self.nvml.get("error_name")
+        bus = pci(self.sysfs_root, None)[0]
+        functions = bus["gpu_functions"] if bus["readable"] else None
+        evidence = {"error_name": error_name, "error": self.nvml.get("error"), "pci_gpu_functions": functions}
+        if functions is None:
+            reason = "NVML is unavailable: %s" % error_name
+        elif not functions:
+            reason = ("no NVIDIA GPU on this machine: the PCI bus has no NVIDIA display function (%s/bus/pci/devices)"
+                      "; NVML is unavailable: %s" % (self.sysfs_root, error_name))
+        else:
+            reason = ("NVML is unavailable: %s, with NVIDIA GPU(s) %s on the PCI bus: `gpuprov doctor` names the "
+                      "cause" % (error_name, ", ".join(functions)))
+        return step("gpus", "fail", evidence, reason)
 
     def nvidia_smi_step(self):
         if not self.smi:

@@ -17,8 +17,8 @@ STEPS = ("gpus", "nvidia_smi", "driver_version", "persistence", "fabric_manager"
 
 
 class LadderState:
-    """One host's inputs to the ladder. ``run`` (a :class:`~ladder_tools.Runner`), ``proc_root``, ``path`` and
-    ``systemd_dir`` are injectable for tests.
+    """One host's inputs to the ladder. ``run`` (a :class:`~ladder_tools.Runner`), ``proc_root``, ``sysfs_root``,
+    ``path`` and ``systemd_dir`` are injectable for tests.
 
     Attributes: ``p`` the module's parameters; ``nvml`` the ``gpuprov_gpus`` fact; ``expected`` the fleet file's
     ``{model, count, nvswitch, ...}``; ``gpus`` NVML's GPUs less the lost ones; ``tool_dirs`` extra directories
@@ -26,12 +26,13 @@ class LadderState:
     """
 
     def __init__(self, params: dict[str, Any], run: Any = None, proc_root: str = "/proc", path: str | None = None,
-                 systemd_dir: str = "/run/systemd/system") -> None:
+                 systemd_dir: str = "/run/systemd/system", sysfs_root: str = "/sys") -> None:
         self.p = params
         self.nvml: dict[str, Any] = params.get("nvml") or {}
         self.expected: dict[str, Any] = params.get("expected") or {}
         self.run = run or Runner()
         self.proc_root = proc_root
+        self.sysfs_root = sysfs_root
         self.systemd_dir = systemd_dir
         self.path = path
         self.tool_dirs: list[str] = params.get("tool_dirs") or []

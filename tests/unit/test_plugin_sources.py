@@ -1,13 +1,19 @@
 """The collection's Python sources as files: each parses as Python 3.8 (modules and module_utils run on Ubuntu
 20.04 hosts), stays under the size limit, and module_utils import each other only in the absolute
-``ansible_collections.gpuprov.gpu.plugins.module_utils.X`` form that AnsiballZ follows, without a cycle."""
+``ansible_collections.gpuprov.gpu.plugins.module_utils.X`` form that AnsiballZ follows, without a cycle. What the
+code imports is there where it runs: on the controller, gpuprov's runtime dependencies (not the test extras this
+environment also has); on a host, the standard library, anything else only behind ``except ImportError``."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
+import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from tests.import_graph import assert_acyclic
@@ -89,3 +95,60 @@ def test_every_filter_is_documented(name: str) -> None:
     assert docs["DOCUMENTATION"]["options"]["_input"]["description"]
     assert f"gpuprov.gpu.{name}" in docs["EXAMPLES"]
     assert docs["RETURN"]["_value"]["type"]
+
+
+#: The collection's code that runs in the controller's Python (gpuprov's runtime install), and that AnsiballZ ships
+#: to the hosts (their Python 3.8 and later: the standard library, plus what a module probes for and reports).
+CONTROLLER_DIRS = ("action", "filter", "plugin_utils")
+HOST_DIRS = ("modules", "module_utils")
+ALWAYS_THERE = {"__future__", "ansible", "ansible_collections"}
+
+
+def _dist(name: str) -> str:
+    """A distribution name in PEP 503's normal form."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(top-level module, whether an ``except ImportError`` guards it) for each absolute import of ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            "ImportError" in ast.unparse(h.type) or "ModuleNotFoundError" in ast.unparse(h.type)
+            for h in node.handlers if h.type is not None
+        ):
+            guarded.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name.split(".")[0], id(node) in guarded) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module.split(".")[0], id(node) in guarded))
+    return found
+
+
+def _sources(dirs: tuple[str, ...]) -> list[Path]:
+    return [path for path in PLUGINS if path.parent.name in dirs]
+
+
+@pytest.mark.parametrize("path", _sources(CONTROLLER_DIRS), ids=_name)
+def test_controller_plugins_import_only_the_runtime_dependencies(path: Path) -> None:
+    """``pip install gpuprov`` (no extras) is what runs the action, filter and plugin_utils code."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    runtime = {_dist(re.match(r"[A-Za-z0-9._-]+", req).group(0)) for req in project["dependencies"]}  # type: ignore[union-attr]
+    by_module = importlib.metadata.packages_distributions()
+    for top, _ in _imports(path):
+        if top in ALWAYS_THERE or top in sys.stdlib_module_names:
+            continue
+        dists = {_dist(d) for d in by_module.get(top, [])}
+        assert dists & runtime, f"{_name(path)} imports {top} ({sorted(dists)}), not a runtime dependency of gpuprov"
+
+
+@pytest.mark.parametrize("path", _sources(HOST_DIRS), ids=_name)
+def test_host_code_imports_the_standard_library_or_guards_the_import(path: Path) -> None:
+    """python3-apt, python3-tomlkit or the pynvml.py an action plugin ships may be missing on a host: a module
+    imports them behind ``except ImportError`` and reports what is missing."""
+    for top, guarded in _imports(path):
+        assert guarded or top in ALWAYS_THERE or top in sys.stdlib_module_names, (
+            f"{_name(path)} imports {top} unguarded: hosts have the standard library only")

@@ -21,6 +21,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils import ladder
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_tools import python_candidates
 from ansible_collections.gpuprov.gpu.plugins.module_utils.ladder_workload_steps import busbw_threshold, parse_p2p_matrix
 from nvml_fake import FakeNvml
+from rich.console import Console
 
 from gpuprov import verify
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, EXIT_OK
@@ -79,8 +80,9 @@ def _ladder(nvml: dict[str, Any], tmp_path: Path, run: FakeRun, tools: tuple[str
     base.update(params)
     (tmp_path / "proc").mkdir(exist_ok=True)
     # systemd is the init only where a test makes tmp_path/systemd (as /run/systemd/system on a host)
+    # the PCI bus is read only where a test makes tmp_path/sys (as /sys on a host)
     return ladder.Ladder(base, run=run, proc_root=str(tmp_path / "proc"), path=path,
-                         systemd_dir=str(tmp_path / "systemd"))
+                         systemd_dir=str(tmp_path / "systemd"), sysfs_root=str(tmp_path / "sys"))
 
 
 def systemctl(states: dict[str, dict[str, str]]) -> Callable[[list[str]], tuple[int, str, str]]:
@@ -157,6 +159,40 @@ def test_gpus_rung_compares_model_count_and_lost(h200x2: dict[str, Any], tmp_pat
     down = collect_with(FakeNvml(init_error="NVML_ERROR_DRIVER_NOT_LOADED"))
     step = _ladder(down, tmp_path, run).gpus_step()
     assert step["status"] == "fail" and "NVML_ERROR_DRIVER_NOT_LOADED" in step["reason"]
+
+
+def _pci_function(sysfs: Path, bus_id: str, vendor: str, pci_class: str) -> None:
+    device = sysfs / "bus" / "pci" / "devices" / bus_id
+    device.mkdir(parents=True)
+    (device / "vendor").write_text(vendor + "\n")
+    (device / "class").write_text(pci_class + "\n")
+
+
+def test_gpus_rung_without_nvml_says_whether_the_pci_bus_has_an_nvidia_gpu(tmp_path: Path) -> None:
+    """A machine without an NVIDIA GPU (``verify --local`` on a controller) is named as such, not only as "NVML is
+    unavailable"; GPUs on the bus that NVML cannot reach are named by bus id; an unreadable bus says only NVML's."""
+    no_library = collect_with(FakeNvml(init_error="NVML_ERROR_LIBRARY_NOT_FOUND"))
+    run = FakeRun({})
+    unread = _ladder(no_library, tmp_path, run).gpus_step()
+    assert unread["reason"] == "NVML is unavailable: NVML_ERROR_LIBRARY_NOT_FOUND"
+    assert unread["evidence"]["pci_gpu_functions"] is None
+
+    sysfs = tmp_path / "sys"
+    _pci_function(sysfs, "0000:00:02.0", "0x8086", "0x030000")  # another vendor's display function
+    _pci_function(sysfs, "0000:00:03.0", "0x10de", "0x068000")  # an NVIDIA function that is no GPU (NVSwitch)
+    none = _ladder(no_library, tmp_path, run).gpus_step()
+    assert none["status"] == "fail"
+    assert none["reason"] == (f"no NVIDIA GPU on this machine: the PCI bus has no NVIDIA display function "
+                              f"({sysfs}/bus/pci/devices); NVML is unavailable: NVML_ERROR_LIBRARY_NOT_FOUND")
+    assert none["evidence"]["pci_gpu_functions"] == []
+
+    _pci_function(sysfs, "0000:17:00.0", "0x10de", "0x030200")
+    down = collect_with(FakeNvml(init_error="NVML_ERROR_DRIVER_NOT_LOADED"))
+    present = _ladder(down, tmp_path, run).gpus_step()
+    assert present["status"] == "fail"
+    assert present["reason"].startswith("NVML is unavailable: NVML_ERROR_DRIVER_NOT_LOADED, with NVIDIA GPU(s) "
+                                        "0000:17:00.0 on the PCI bus")
+    assert present["evidence"]["pci_gpu_functions"] == ["0000:17:00.0"]
 
 
 def test_driver_version_rung_catches_library_module_and_pin_mismatch(h200x2: dict[str, Any],
@@ -377,6 +413,19 @@ def test_fleet_exit_codes_and_summary() -> None:
     down = verify.FleetVerify(reports={"a": _report("fail")}, failed={"c": "unreachable"})
     assert down.exit_code == EXIT_HOSTS_FAILED
     assert down.to_json()["summary"]["hosts"] == 2 and down.to_json()["exit_code"] == EXIT_HOSTS_FAILED
+
+
+def test_host_table_shows_driver_versions_only_where_read(h200x2: dict[str, Any], tmp_path: Path) -> None:
+    """Without NVML the driver_version rung has no versions: its row gives the reason, not "driver None"."""
+    down = collect_with(FakeNvml(init_error="NVML_ERROR_LIBRARY_NOT_FOUND"))
+    rows = {}
+    for name, facts in (("down", down), ("up", h200x2)):
+        report = _ladder(facts, tmp_path, FakeRun({}), steps=["driver_version"]).run_all()
+        console = Console(width=200, record=True)
+        console.print(verify.host_table(name, report))
+        rows[name] = next(line for line in console.export_text().splitlines() if "driver_version" in line)
+    assert "NVML is unavailable" in rows["down"] and "None" not in rows["down"]
+    assert "driver 580.159.04" in rows["up"]
 
 
 def test_services_every_unit_enabled_at_boot_runs(tmp_path: Path) -> None:

@@ -66,7 +66,14 @@ def test_a_branch_past_end_of_life_is_a_warning_naming_its_replacement() -> None
 def test_without_a_supported_branch_for_the_host_the_fix_says_why() -> None:
     fleet = _validate(_text("ubuntu2004", "V100-PCIe", '{branch: "535"}'))
     [warning] = fleet.warnings
-    assert "no branch NVIDIA still supports fits this host (ubuntu2004, method cuda-repo" in warning.fix
+    assert warning.fix == (
+        "no branch NVIDIA still supports fits this host (ubuntu2004, method cuda-repo, its GPU and CUDA): a newer OS "
+        "carries newer branches (`gpuprov matrix --section os`, `--section driver_branches`)")
+    # Debian 12's own archive carries R535 only; NVIDIA's repository for Debian 12 carries R580
+    text = _text("debian12", "H100-SXM5-80GB", '{branch: "535", method: distro}').replace('"12.2"', "null")
+    [distro] = _validate(text).warnings
+    assert distro.fix.startswith("no branch NVIDIA still supports fits this host (debian12, method distro, its GPU "
+                                 "and CUDA): method cuda-repo or a newer OS carries newer branches")
 
 
 def test_a_supported_branch_has_no_warning() -> None:
