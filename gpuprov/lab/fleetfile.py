@@ -12,8 +12,8 @@ Shape of the result::
       cuda: {version: "12.8"}
       cudnn: {version: "9.10.2"}
       nccl: {version: "2.26.2"}
-      container_runtime: none
-      monitoring: {enabled: false}
+      container_runtime: none               # docker, and monitoring on, unless `lab up --no-stack`
+      monitoring: {enabled: false}          # (stack_settings)
       verify: {skip: [cuda_sample, dcgm_diag]}
       mirrors: {cuda_repo_key_fingerprint: <lab key>}      # the stand-in NVIDIA repository
     hosts:
