@@ -17,7 +17,7 @@ from gpuprov.fleet.errors import suggest_fix
 from gpuprov.fleet.hostcheck import HostCheck
 from gpuprov.fleet.mig import check_mig
 from gpuprov.fleet.nvidia_files import check_nvidia_files
-from gpuprov.matrix import BRANCH_KIND_NAMES, GpuModel, Matrix, branch_of, version_key
+from gpuprov.matrix import BRANCH_KIND_NAMES, DriverBranch, GpuModel, Matrix, branch_of, version_key
 from gpuprov.resources import role_defaults
 
 _LONG_LIVED = ("ltsb", "production")
@@ -273,7 +273,8 @@ def _check_lifecycle(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel
     """A branch past NVIDIA's end of life gets no fixes, security fixes included: a warning naming the branch
     that replaces it on this host (the one ``auto`` would pick)."""
     entry, day = m.branches[branch], today()
-    if not entry.ended(day):
+    ender = entry if entry.ended(day) else _newer_ended_ltsb(m, branch, day) if entry.eol is None else None
+    if ender is None:
         return
     picked = _preferred(m, _supported_fits(m, s, gpu, cuda_ok, day), day)
     if picked is not None:
@@ -289,9 +290,21 @@ def _check_lifecycle(ctx: HostCheck, s: dict[str, Any], m: Matrix, gpu: GpuModel
         fix = (f"no branch NVIDIA still supports fits this host ({s['os']}, method {method}, its GPU and CUDA): "
                f"{''.join(f'method {other} or ' for other in others)}a newer OS carries newer branches "
                "(`gpuprov matrix --section os`, `--section driver_branches`)")
+    when = (f"in {entry.eol_text()}" if ender is entry else
+            f"no later than {ender.eol_text()}, when the newer long-term support branch {ender.branch} did")
     ctx.warn(("driver", "branch"),
-             f"driver branch {branch} ({BRANCH_KIND_NAMES[entry.kind]}) reached end of life in {entry.eol_text()}: "
+             f"driver branch {branch} ({BRANCH_KIND_NAMES[entry.kind]}) reached end of life {when}: "
              "NVIDIA publishes no more fixes for it, security fixes included", fix)
+
+
+def _newer_ended_ltsb(m: Matrix, branch: str, day: dt.date) -> DriverBranch | None:
+    """For a branch NVIDIA's table gives no end date (an old one): the oldest newer long-term support branch
+    already past its end on ``day``, or None. No branch is supported longer than a newer long-term one
+    (https://docs.nvidia.com/datacenter/tesla/drivers/index.html: long-term branches are the longest-lived), so
+    the branch ended no later than it."""
+    newer = sorted((b for b in m.branches.values() if b.kind == "ltsb" and b.branch.isdigit() and branch.isdigit()
+                    and int(b.branch) > int(branch) and b.ended(day)), key=lambda b: int(b.branch))  # fmt: skip
+    return newer[0] if newer else None
 
 
 def _check_libraries(ctx: HostCheck, s: dict[str, Any], m: Matrix, branch: str, cuda_ok: bool) -> None:

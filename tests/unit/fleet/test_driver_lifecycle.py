@@ -121,3 +121,41 @@ def test_apply_prints_the_warnings_before_it_runs(tmp_path: Path, monkeypatch: p
         engine.execute(ApplyOptions(fleet=fleet, roles=["nouveau"], check=True), Console(file=out, width=400))
     first = out.getvalue().splitlines()[0]
     assert first.startswith(f"warning: {fleet}:5: settings.driver.branch: host gpu01: driver branch 535 "), first
+
+
+def test_an_undated_branch_older_than_an_ended_long_term_branch_has_ended_too() -> None:
+    """R470, which NVIDIA's table gives no date: R535, a newer long-term branch, ended in June 2026, and no branch
+    outlives a newer long-term one."""
+    assert load_matrix().branches["470"].eol is None
+    text = _text("ubuntu2004", "A100-PCIe-40GB", '{branch: "470"}', cuda="11.4")
+    [warning] = _validate(text).warnings
+    assert warning.path == "settings.driver.branch"
+    assert ("driver branch 470 (long-term support branch) reached end of life no later than June 2026, when the "
+            "newer long-term support branch 535 did") in warning.problem
+    assert not checks._newer_ended_ltsb(load_matrix(), "580", DAY)  # nothing newer has ended: no warning
+
+
+RUNFILE_SITE = """\
+version: 1
+settings:
+  os: ubuntu2004
+  gpus: {model: A100-PCIe-40GB, count: 4}
+  driver: {method: runfile, branch: "470", version: "470.256.02",
+           runfile_url: "https://mirror.example.com/NVIDIA-Linux-x86_64-470.256.02.run", runfile_sha256: "ZERO"}
+  cuda: {method: runfile, version: "11.4.4", runfile_url: "https://mirror.example.com/cuda_11.4.4_470.82.01_linux.run",
+         runfile_sha256: "ONE"}
+  cudnn: {method: archive, version: "8.9.7.29", archive_sha256: "TWO",
+          archive_url: "https://mirror.example.com/cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz"}
+hosts:
+  gpu01: {address: 10.0.0.11}
+""".replace("ZERO", "0" * 64).replace("ONE", "1" * 64).replace("TWO", "2" * 64)
+
+
+def test_a_site_on_nvidias_files_of_2021_validates_with_the_end_of_life_warning() -> None:
+    """The runfile way of the guides this project implements: Ubuntu 20.04, driver 470 and CUDA 11.4 from NVIDIA's
+    runfiles, cuDNN 8 from its archive."""
+    fleet = _validate(RUNFILE_SITE)
+    settings = fleet.hosts["gpu01"].settings
+    assert (settings["driver"]["method"], settings["cuda"]["method"], settings["cudnn"]["method"]) == (
+        "runfile", "runfile", "archive")
+    assert [w.path for w in fleet.warnings] == ["settings.driver.branch"]
