@@ -18,9 +18,10 @@ import base64
 import json
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions
@@ -30,6 +31,9 @@ from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import
     source_flavours,
 )
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from gpuprov.hostplay import TaskResults
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
     "hosts": "gpuprov",
     "gather_facts": False,
     "become": True,
+    "tags": ["always"],  # after the site's plays in `gpuprov check --json`, whatever --tags selects there
     "tasks": [{"name": "Read the drift probe", "ansible.builtin.import_role": {"name": "gpuprov.gpu.verify",
                                                                               "tasks_from": "drift"}}],
 }]
@@ -377,12 +382,18 @@ def fleet_drift(fleet_path: Path, limit: str | None = None, extravars: dict[str,
     run_dir, inventory = prepare_fleet(fleet_path, "drift", limit)
     playbook = write_play(run_dir, "drift", DRIFT_PLAY)
     run = run_play(run_dir, inventory, playbook, limit=limit, extravars=extravars)
-    out = FleetDrift(failed=dict(run.failed), run_dir=run_dir)
-    for host, fact in sorted(run.results.fact("verify_drift").items()):
+    return drift_of(run.results, run.failed, run.result.hosts if run.result else (), run_dir)
+
+
+def drift_of(results: TaskResults, failed: dict[str, str], seen: Iterable[str], run_dir: Path | None) -> FleetDrift:
+    """The :class:`FleetDrift` of a run that ran :data:`DRIFT_PLAY` (alone, or after the site's plays):
+    ``results`` its task results, ``failed`` its failed or unreachable hosts -> message, ``seen`` every host it
+    ran on; a host seen but neither failed nor publishing ``verify_drift`` is failed with that reason."""
+    out = FleetDrift(failed=dict(failed), run_dir=run_dir)
+    for host, fact in sorted(results.fact("verify_drift").items()):
         if host not in out.failed and isinstance(fact, dict):
             out.hosts[host] = compare(fact)
-    seen = set(run.result.hosts) if run.result else set()
-    for host in sorted(seen - set(out.hosts) - set(out.failed)):
+    for host in sorted(set(seen) - set(out.hosts) - set(out.failed)):
         out.failed[host] = "the drift probe published nothing"
     return out
 

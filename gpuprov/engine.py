@@ -14,12 +14,14 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
 
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, ConfigError
 from gpuprov.fleet import Fleet, load_fleet
+from gpuprov.hostplay import TaskResults, write_play
 from gpuprov.recap import (
     ProgressPrinter,
     findings_table,
@@ -211,8 +213,11 @@ def _worker_wheel(fleet: Fleet, extravars: dict[str, str], run_dir: Path) -> Non
         extravars[WORKER_WHEEL_VAR] = str(build_worker_wheel(run_dir.resolve() / "worker"))
 
 
-def execute(options: ApplyOptions, console: Console) -> int:
-    """Validate, render and run; print progress and the recap; return the exit code.
+def execute(options: ApplyOptions, console: Console, then: list[dict[str, Any]] | None = None,
+            results: TaskResults | None = None) -> int:
+    """Validate, render and run; print progress and the recap; return the exit code. ``then``: plays to run
+    after the selected ones in the same run (one connection per host, one ansible-runner start), whose task
+    results go to ``results`` with every other task's (``gpuprov check --json`` reads its drift probe so).
 
     Returns 0 on success (``--check``: no drift), 1 on drift (``--check`` only), 3 when any host failed
     or was unreachable (the retry command is printed).
@@ -221,12 +226,13 @@ def execute(options: ApplyOptions, console: Console) -> int:
         FleetValidationError: the fleet file is invalid (nothing was run).
         ConfigError: an unknown ``--role``, a ``--limit`` matching no host, a bad ``-e``.
     """
-    code, result, _fleet = run_fleet(options, console)
+    code, result, _fleet = run_fleet(options, console, then, results)
     _explain(result, code, options, console)
     return code
 
 
-def run_fleet(options: ApplyOptions, console: Console) -> tuple[int, RunResult, Fleet]:
+def run_fleet(options: ApplyOptions, console: Console, then: list[dict[str, Any]] | None = None,
+              results: TaskResults | None = None) -> tuple[int, RunResult, Fleet]:
     """What :func:`execute` does short of explaining failures: validate, render, run, print the recap and
     write the summary; returns the exit code, the run's result and the validated fleet. Raises as
     :func:`execute`."""
@@ -254,6 +260,9 @@ def run_fleet(options: ApplyOptions, console: Console) -> tuple[int, RunResult, 
         playbook, label = playbooks_dir() / f"{options.playbook}.yml", options.playbook
     else:
         playbook, label = _select_playbook(options.roles, run_dir)
+    if then:
+        playbook = write_play(run_dir, "run", [{"name": f"Import {label}",
+                                                "ansible.builtin.import_playbook": str(playbook)}, *then])
     request = RunRequest(
         inventory=inventory, playbook=playbook, run_dir=run_dir,
         check=options.check, diff=options.diff, tags=options.tags, skip_tags=options.skip_tags,
@@ -267,7 +276,14 @@ def run_fleet(options: ApplyOptions, console: Console) -> tuple[int, RunResult, 
         console.print(f"gpuprov {mode} on {options.fleet} (run record: {run_dir})")
     else:
         console.print(f"gpuprov {mode}: {label} on {options.fleet} (run record: {run_dir})")
-    result = run_playbook(request, on_event=ProgressPrinter(console))
+    progress = ProgressPrinter(console)
+
+    def on_event(event: dict[str, Any]) -> None:
+        progress(event)
+        if results is not None:
+            results(event)
+
+    result = run_playbook(request, on_event=on_event)
     code = exit_code(result, options.check)
     console.print(recap_table(result, options.check))
     for table in (findings_table(result), needs_table(result)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -18,7 +19,7 @@ from gpuprov.cli import output
 from gpuprov.cli.options import invocation_argv, run_extravars, run_options
 from gpuprov.engine import ApplyOptions, check_output_path, execute
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
-from gpuprov.runner import parse_extravars
+from gpuprov.hostplay import TaskResults
 
 
 @click.command("check")
@@ -31,6 +32,8 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
 
     Exit codes: 0 in sync, 1 drift, 2 invalid input, 3 hosts failed or unreachable.
     """
+    from gpuprov import drift
+
     console = output.console(highlight=False)
     if json_path is not None:
         check_output_path(json_path, "--json")
@@ -39,22 +42,27 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
         options = ApplyOptions(fleet=fleet, roles=list(roles), tags=tags, skip_tags=skip_tags, limit=limit,
                                check=True, diff=True, extravars=run_extravars(extravars, allow_branch_change),
                                forks=forks, verbosity=verbosity, json_path=summary_path, argv=invocation_argv())
-        code = execute(options, console)
-        if json_path is not None and summary_path is not None:
-            code = _drift_report(fleet, limit, code, json.loads(summary_path.read_text(encoding="utf-8")),
-                                 json_path, console, parse_extravars(extravars))
+        results = TaskResults() if json_path is not None else None
+        # with --json the drift probe runs after the site's plays, in the same run (drift.DRIFT_PLAY)
+        code = execute(options, console, then=drift.DRIFT_PLAY if results is not None else None, results=results)
+        if results is not None and json_path is not None and summary_path is not None:
+            code = _drift_report(code, json.loads(summary_path.read_text(encoding="utf-8")), results, json_path,
+                                 console)
     if code:
         raise click.exceptions.Exit(code)
 
 
-def _drift_report(fleet: Path, limit: str | None, code: int, summary: dict[str, object], json_path: Path,
-                  console: Console, extravars: dict[str, str]) -> int:
-    """Run the drift probe (with the run's ``-e`` variables, e.g. a local connection), print its tables, write
-    summary + ``drift`` to ``json_path``; return the exit code."""
+def _drift_report(code: int, summary: dict[str, Any], results: TaskResults, json_path: Path,
+                  console: Console) -> int:
+    """The drift report from the run's drift probe: print its tables, write summary + ``drift`` to
+    ``json_path``; return the exit code."""
     from gpuprov import drift
     from gpuprov.recap import write_summary
 
-    report = drift.fleet_drift(fleet, limit, extravars)
+    hosts = summary.get("hosts") or {}
+    failed = {host: f"{hosts.get(host, {}).get('status', 'failed')} before the drift probe"
+              for host in summary.get("failed_hosts") or []}  # fmt: skip
+    report = drift.drift_of(results, failed, hosts, Path(str(summary["run_dir"])) if summary.get("run_dir") else None)
     for host, components in report.hosts.items():
         console.print(drift.drift_table(host, components))
     for host, message in sorted(report.failed.items()):

@@ -12,27 +12,30 @@ from gpuprov import drift
 from gpuprov.cli import check
 from gpuprov.cli.__main__ import main
 from gpuprov.engine import ApplyOptions
+from gpuprov.hostplay import TaskResults
 
 
 @pytest.fixture
 def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
-    state: dict[str, Any] = {"code": 0, "drift": drift.FleetDrift(run_dir=tmp_path), "drift_runs": 0}
+    state: dict[str, Any] = {"code": 0, "drift": drift.FleetDrift(run_dir=tmp_path), "drift_runs": 0,
+                             "failed_hosts": []}  # fmt: skip
 
-    def execute(options: ApplyOptions, console: Any) -> int:
-        state["options"] = options
+    def execute(options: ApplyOptions, console: Any, then: Any = None, results: Any = None) -> int:
+        state.update(options=options, then=then, results=results)
         if options.json_path is not None:
-            options.json_path.write_text(json.dumps({"check": True, "hosts": {"a": {"changed": 0}}}))
+            options.json_path.write_text(json.dumps({"check": True, "hosts": {"a": {"changed": 0}},
+                                                     "failed_hosts": state["failed_hosts"]}))  # fmt: skip
         code: int = state["code"]
         return code
 
-    def fleet_drift(fleet: Path, limit: str | None = None, extravars: Any = None) -> drift.FleetDrift:
+    def drift_of(results: Any, failed: dict[str, str], seen: Any, run_dir: Any) -> drift.FleetDrift:
         state["drift_runs"] += 1
-        state["drift_extravars"] = extravars
+        state["drift_of"] = (results, failed, set(seen))
         result: drift.FleetDrift = state["drift"]
         return result
 
     monkeypatch.setattr(check, "execute", execute)
-    monkeypatch.setattr(drift, "fleet_drift", fleet_drift)
+    monkeypatch.setattr(drift, "drift_of", drift_of)
     (tmp_path / "fleet.yml").write_text("x")
     return state
 
@@ -84,8 +87,22 @@ def test_unwritable_json_exits_2_before_running(fakes: dict[str, Any], tmp_path:
     assert "options" not in fakes
 
 
-def test_drift_probe_gets_the_runs_extra_vars(fakes: dict[str, Any], tmp_path: Path) -> None:
-    """A local connection given with -e (the real H200 host) reaches the drift probe too, not only the play."""
+def test_the_drift_probe_runs_after_the_sites_plays_in_the_same_run(fakes: dict[str, Any], tmp_path: Path) -> None:
+    """One run, so a local connection given with -e (the real H200 host) reaches the drift probe as the plays,
+    and a host the plays failed is reported failed, not probed again."""
+    fakes["failed_hosts"], fakes["code"] = ["a"], 3
     out = tmp_path / "check.json"
-    assert main(["check", str(tmp_path / "fleet.yml"), "--json", str(out), "-e", "ansible_connection=local"]) == 0
-    assert fakes["drift_extravars"] == {"ansible_connection": "local"}
+    assert main(["check", str(tmp_path / "fleet.yml"), "--json", str(out), "-e", "ansible_connection=local"]) == 3
+    assert fakes["then"] is drift.DRIFT_PLAY and fakes["results"] is fakes["drift_of"][0]
+    assert "ansible_connection=local" in fakes["options"].extravars
+    assert fakes["drift_of"][1:] == ({"a": "failed before the drift probe"}, {"a"})
+
+
+def test_drift_of_a_run_compares_what_each_host_published() -> None:
+    results = TaskResults()
+    fact = {"desired": {}, "installed": {}}
+    results({"event": "runner_on_ok", "event_data": {"host": "a", "task": "Drift | Publish",
+                                                     "res": {"ansible_facts": {"verify_drift": fact}}}})  # fmt: skip
+    report = drift.drift_of(results, {"c": "unreachable before the drift probe"}, ["a", "b", "c"], None)
+    assert set(report.hosts) == {"a"}
+    assert report.failed == {"b": "the drift probe published nothing", "c": "unreachable before the drift probe"}
