@@ -12,7 +12,7 @@ short_description: Report every installed kernel's headers and DKMS module state
 description:
   - Lists the installed kernels (a C(<boot_dir>/vmlinuz-<k>) or an installed C(linux-image-<k>) package),
     the running kernel (C(uname -r), or O(running_kernel)), the default boot kernel (the kernel the next boot
-    starts: GRUB's default or one-shot entry, or on a systemd-boot host the Boot Loader Specification entry
+    starts - GRUB's default or one-shot entry, or on a systemd-boot host the Boot Loader Specification entry
     that C(LoaderEntryOneShot), C(LoaderEntryDefault) or C(loader.conf) select; else the newest installed) and
     kernels newer than the running one (pending).
   - For each kernel it reports whether headers are present (C(<src_dir>/linux-headers-<k>) exists and the
@@ -153,7 +153,12 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
     installed_versions,
     parse_dpkg_query,
 )
-from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import find_modules, version_key
+from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import (
+    HEADERS_PACKAGE,
+    IMAGE_PACKAGE,
+    find_modules,
+    version_key,
+)
 
 # DKMS 2.x: "nvidia, 535.183.01, 5.15.0-105-generic, x86_64: installed"
 # DKMS 2.8+ / 3.x: "nvidia/535.183.01, 5.15.0-105-generic, x86_64: installed (WARNING! ...)"
@@ -163,8 +168,6 @@ DKMS_LINE = re.compile(
     r"(?:,\s*(?P<kernel>[^,:\s]+))?(?:,\s*(?P<arch>[^,:\s]+))?"
     r":\s*(?P<state>[A-Za-z][\w-]*)(?P<note>.*)$"
 )
-IMAGE_PACKAGE = re.compile(r"^linux-image-(?:unsigned-)?(\d+\.\d+.*)$")
-HEADERS_PACKAGE = re.compile(r"^linux-headers-(\d+\.\d+.*)$")
 # Arch-independent halves of a kernel's headers: Debian's linux-headers-<abi>-common(-rt) and Ubuntu's
 # flavourless linux-headers-<abi> (5.15.0-105). They belong to a flavoured kernel, never stand alone.
 COMMON_HEADERS = re.compile(r"^(?:\d+\.\d+\.\d+-\d+|.*-common(?:-rt)?)$")
