@@ -37,9 +37,10 @@ def kernel_hold_plan(state: Any, hold: Any, record: Any = None, lift: Any = Fals
     ``state``: a deb_packages (or deb_apt_state) result with ``versions`` and ``selections``. ``record``: the text of
     gpuprov's record (``{"held": [names]}``; '' when absent). ``metas``: the installed kernel meta packages. With
     ``hold`` true: ``hold`` lists the metas not held yet; ``record`` becomes the recorded names still held plus those,
-    never a meta an admin held before. With ``hold`` false: ``release`` lists the recorded names still held (an
-    admin's holds are not in the record) and ``record`` is empty. ``lift`` (true while the hwe_kernel role installs a
-    kernel): ``release`` as with ``hold`` false, but the record stays for the hold applied after the install.
+    never a meta an admin held before. With ``hold`` false: ``release`` lists the recorded names still installed
+    and held (an admin's holds are not in the record) and ``record`` is empty. ``lift`` (true while the hwe_kernel
+    role installs a kernel): ``release`` as with ``hold`` false, but the record stays for the hold applied after
+    the install.
 
     Raises:
         AnsibleFilterError: ``state`` lacks ``versions`` or ``selections``, or the record is not
@@ -51,7 +52,8 @@ def kernel_hold_plan(state: Any, hold: Any, record: Any = None, lift: Any = Fals
     selections = state["selections"]
     metas = kernel_metas(state["versions"])
     recorded = _recorded(record)
-    held_by_us = [n for n in recorded if selections.get(n) == "hold"]
+    # a recorded package no longer installed is left alone: selection install would mark it for installation
+    held_by_us = [n for n in recorded if selections.get(n) == "hold" and n in state["versions"]]
     if boolean(lift, strict=False):
         return {"metas": metas, "hold": [], "release": held_by_us, "record": recorded}
     if boolean(hold, strict=False):

@@ -40,7 +40,7 @@ def test_kernel_metas_of_ubuntu_and_debian() -> None:
     assert kernel_metas({"linux-image-6.1.0-28-amd64": "6.1.119-1"}) == []
 
 
-def _state(versions: dict[str, str], held: tuple[str, ...] = ()) -> dict[str, object]:
+def _state(versions: dict[str, str], held: tuple[str, ...] = ()) -> dict[str, dict[str, str]]:
     """A deb_packages result: every package installed, those in ``held`` held."""
     return {"versions": versions, "selections": {n: "hold" if n in held else "install" for n in versions}}
 
@@ -74,9 +74,12 @@ def test_hold_after_an_admin_lifted_it_and_updated_the_kernel() -> None:
 def test_release_and_lift_touch_only_gpuprov_holds() -> None:
     metas = tuple(kernel_metas(UBUNTU))
     recorded = _record("linux-generic", "linux-image-generic", "linux-headers-generic", "linux-removed-meta")
-    # hold false: the recorded names still held are released (the removed one is not held); the admin's
-    # holds on the HWE and aws metas stay; the record goes
-    plan = kernel_hold_plan(_state(UBUNTU, metas), False, recorded)
+    # hold false: the recorded names still installed and held are released (the removed one, held but not
+    # installed, is left alone: selection install would mark it for installation); the admin's holds on the HWE
+    # and aws metas stay; the record goes
+    state = _state(UBUNTU, metas)
+    state["selections"]["linux-removed-meta"] = "hold"
+    plan = kernel_hold_plan(state, False, recorded)
     assert plan["release"] == ["linux-generic", "linux-headers-generic", "linux-image-generic"]
     assert (plan["hold"], plan["record"]) == ([], [])
     # lift for hwe_kernel's own install: the same release, the record kept for the hold applied after it
