@@ -25,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions
+from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import kernel_metas
 from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import (
     driver_packages,
     installed_forms,
     source_flavours,
 )
 from rich.table import Table
+
+from gpuprov.rolevars import is_true
 
 if TYPE_CHECKING:
     from gpuprov.hostplay import TaskResults
@@ -97,12 +100,18 @@ def _none(value: Any) -> Any:
     return None if value in (None, "", "None", "none", "null") else value
 
 
-def _kernel(packages: dict[str, str], running: str | None) -> dict[str, Any]:
+def _kernel(packages: dict[str, str], running: str | None, selections: dict[str, str], hold: bool) -> dict[str, Any]:
+    """Headers for every installed kernel and, with ``kernel.hold``, every kernel meta package held."""
     images = sorted(p[len("linux-image-"):] for p in packages if re.match(r"^linux-image-\d", p))
     missing = [k for k in images if f"linux-headers-{k}" not in packages]
-    installed = {"running": running, "images": images, "without_headers": missing}
-    note = f"no headers for {', '.join(missing)}: DKMS cannot build the driver for it" if missing else None
-    return _entry("headers installed for every installed kernel", installed, not missing, note)
+    unheld = [m for m in kernel_metas(packages) if selections.get(m) != "hold"] if hold else []
+    installed = {"running": running, "images": images, "without_headers": missing, "unheld_metas": unheld}
+    notes = [f"no headers for {', '.join(missing)}: DKMS cannot build the driver for it"] if missing else []
+    if unheld:
+        notes.append(f"kernel.hold is true but {', '.join(unheld)} not held: apt upgrade can bring a kernel without "
+                     "the driver module; run gpuprov apply --role nvidia_driver")
+    desired = "headers installed for every installed kernel" + ("; kernel meta packages held" if hold else "")
+    return _entry(desired, installed, not notes, "; ".join(notes) or None)
 
 
 def _runfile_driver(branch: str, version: str | None, runfile: str, installed: dict[str, Any]) -> dict[str, Any]:
@@ -324,6 +333,7 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
     want = drift.get("desired") or {}
     have = drift.get("installed") or {}
     packages = installed_versions(have.get("packages") or {})
+    selections = {n: str(e.get("selection")) for n, e in (have.get("packages") or {}).items() if isinstance(e, dict)}
     nvml = have.get("nvml") or {}
     files = {str(r.get("item")): r.get("content") for r in have.get("runtime_files") or [] if isinstance(r, dict)}
     toolkit, runtime = _runtime(want, packages, files)
@@ -337,7 +347,7 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
              if want.get("cudnn_method") == "archive"
              else _library("cudnn_version", r"^libcudnn\d+(-cuda-\d+)?$", want, packages))
     return {
-        "kernel": _kernel(packages, have.get("kernel")),
+        "kernel": _kernel(packages, have.get("kernel"), selections, is_true(want.get("kernel_hold"))),
         "driver": _driver(want, packages, nvml, _none(str(have.get("runfile_version") or "").strip())),
         "fabric_manager": _fabric_manager(want, packages, nvml),
         "cuda": cuda,

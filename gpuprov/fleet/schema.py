@@ -158,6 +158,14 @@ class Reboot(Strict):
     serial: PositiveInt = 1
 
 
+class Kernel(Strict):
+    """The host's kernel line: ``hold`` holds the installed kernel meta packages (linux-image-amd64, linux-generic,
+    linux-generic-hwe-22.04, ...) once the driver module is built for every kernel the host can boot, so ``apt
+    upgrade`` brings no kernel without one; false releases only the holds gpuprov recorded (docs/kernel-dkms.md)."""
+
+    hold: bool = False
+
+
 class ImageWorkers(Strict):
     """Image-processing workers: on/off, which GPUs (all, cpu or indexes), queue name, batch size (auto:
     decided at run time) and worker processes per GPU (auto: chosen by each worker service from its CPUs and
@@ -229,6 +237,7 @@ class Settings(Strict):
     proxy: Proxy = Proxy()
     mirrors: Mirrors = Mirrors()
     reboot: Reboot = Reboot()
+    kernel: Kernel = Kernel()
     psu_watts: PositiveInt | None = None
     image_workers: ImageWorkers = ImageWorkers()
     secure_boot: SecureBoot = SecureBoot()

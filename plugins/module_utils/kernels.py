@@ -9,13 +9,32 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+#: a kernel's own packages: linux-image-<k> (Ubuntu also linux-image-unsigned-<k>) and linux-headers-<k>
+IMAGE_PACKAGE = re.compile(r"^linux-image-(?:unsigned-)?(\d+\.\d+.*)$")
+HEADERS_PACKAGE = re.compile(r"^linux-headers-(\d+\.\d+.*)$")
+#: a kernel meta package: linux-image-<flavour> / linux-headers-<flavour>, no version in the name (Debian's
+#: linux-image-amd64, linux-image-cloud-amd64, linux-image-rt-amd64; Ubuntu's linux-image-generic,
+#: linux-image-generic-hwe-22.04, linux-image-aws, ...)
+META_PACKAGE = re.compile(r"^linux-(?:image|headers)-(?P<flavour>(?!unsigned-\d)[^\d].*)$")
 
 
 def version_key(version):
     """Sort key that orders kernel versions naturally (5.4.0-190 < 5.15.0-119 < 6.1.0-28)."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", version) if part]
+
+
+def kernel_metas(names: Iterable[str]) -> list[str]:
+    """The kernel meta packages among ``names`` (installed package names), sorted: each image and headers meta
+    (:data:`META_PACKAGE`), and Ubuntu's top-level ``linux-<flavour>`` (linux-generic, linux-generic-hwe-22.04,
+    linux-aws) of a flavour whose image or headers meta is among them. These are the packages through which an
+    upgrade brings a new kernel; a kernel's own packages (linux-image-<k>) never do.
+    """
+    names = set(names)
+    flavours = {m.group("flavour") for m in map(META_PACKAGE.match, names) if m}
+    return sorted(n for n in names if META_PACKAGE.match(n) or (n.startswith("linux-") and n[6:] in flavours))
 
 
 def installed_kernels(modules_dir="/lib/modules", boot_dir="/boot"):

@@ -11,8 +11,10 @@ module: kernel_dkms_info
 short_description: Report every installed kernel's headers and DKMS module state (read-only)
 description:
   - Lists the installed kernels (a C(<boot_dir>/vmlinuz-<k>) or an installed C(linux-image-<k>) package),
-    the running kernel (C(uname -r), or O(running_kernel)), the default boot kernel (GRUB's default when it
-    names a kernel, else the newest installed) and kernels newer than the running one (pending).
+    the running kernel (C(uname -r), or O(running_kernel)), the default boot kernel (the kernel the next boot
+    starts - GRUB's default or one-shot entry, or on a systemd-boot host the Boot Loader Specification entry
+    that C(LoaderEntryOneShot), C(LoaderEntryDefault) or C(loader.conf) select; else the newest installed) and
+    kernels newer than the running one (pending).
   - For each kernel it reports whether headers are present (C(<src_dir>/linux-headers-<k>) exists and the
     C(<modules_dir>/<k>/build) link resolves), the DKMS state of every O(modules) entry, whether the built
     module file exists under C(<modules_dir>/<k>/updates/dkms) and whether C(modinfo -k <k>) finds it.
@@ -46,9 +48,21 @@ options:
     type: path
     default: /etc/default/grub
   grubenv:
-    description: GRUB environment block holding C(saved_entry=).
+    description: GRUB environment block holding C(saved_entry=) and C(next_entry=).
     type: path
     default: /boot/grub/grubenv
+  loader_dirs:
+    description: >-
+      systemd-boot C(loader/) directories (C(loader.conf), C(entries/*.conf)); the first that holds either is
+      read. systemd-boot rules apply when it set the C(LoaderInfo) EFI variable on this boot, or when entries
+      exist and O(grub_default_file) is empty or absent.
+    type: list
+    elements: path
+    default: [/boot/efi/loader, /efi/loader, /boot/loader]
+  efivars_dir:
+    description: Directory of the EFI variables (C(LoaderInfo), C(LoaderEntryOneShot), C(LoaderEntryDefault)).
+    type: path
+    default: /sys/firmware/efi/efivars
 author: gpuprov contributors
 """
 
@@ -71,7 +85,9 @@ default_kernel:
   type: str
   returned: always
 default_kernel_source:
-  description: C(grub) when GRUB names the kernel, C(newest) otherwise.
+  description: >-
+    C(grub) when GRUB's default names the kernel, C(bls) when a Boot Loader Specification entry does
+    (systemd-boot, or a GRUB saved entry that is an entry id), C(newest) otherwise, C(none) without kernels.
   type: str
   returned: always
 installed_kernels:
@@ -131,12 +147,18 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprov.gpu.plugins.module_utils.bootloader import LOADER_DIRS, next_boot_kernel, read_text
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
     dpkg_query_argv,
     installed_versions,
     parse_dpkg_query,
 )
-from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import find_modules, version_key
+from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import (
+    HEADERS_PACKAGE,
+    IMAGE_PACKAGE,
+    find_modules,
+    version_key,
+)
 
 # DKMS 2.x: "nvidia, 535.183.01, 5.15.0-105-generic, x86_64: installed"
 # DKMS 2.8+ / 3.x: "nvidia/535.183.01, 5.15.0-105-generic, x86_64: installed (WARNING! ...)"
@@ -146,9 +168,6 @@ DKMS_LINE = re.compile(
     r"(?:,\s*(?P<kernel>[^,:\s]+))?(?:,\s*(?P<arch>[^,:\s]+))?"
     r":\s*(?P<state>[A-Za-z][\w-]*)(?P<note>.*)$"
 )
-KERNEL_IN_ENTRY = re.compile(r"(?:Linux|linux)[ -](\d+\.\d+[^\s'\"]*)")
-IMAGE_PACKAGE = re.compile(r"^linux-image-(?:unsigned-)?(\d+\.\d+.*)$")
-HEADERS_PACKAGE = re.compile(r"^linux-headers-(\d+\.\d+.*)$")
 # Arch-independent halves of a kernel's headers: Debian's linux-headers-<abi>-common(-rt) and Ubuntu's
 # flavourless linux-headers-<abi> (5.15.0-105). They belong to a flavoured kernel, never stand alone.
 COMMON_HEADERS = re.compile(r"^(?:\d+\.\d+\.\d+-\d+|.*-common(?:-rt)?)$")
@@ -165,36 +184,6 @@ def parse_dkms_status(text):
         entry["note"] = (entry["note"] or "").strip()
         entries.append(entry)
     return entries
-
-
-def parse_grub_default(default_text, grubenv_text=""):
-    """Kernel version that GRUB_DEFAULT (or the saved entry) names, or None when it names no kernel.
-
-    `GRUB_DEFAULT=0` (the first entry: the newest kernel on Debian/Ubuntu) and unknown forms return None,
-    so the caller falls back to the newest installed kernel.
-    """
-    value = None
-    for raw in default_text.splitlines():
-        line = raw.strip()
-        if line.startswith("GRUB_DEFAULT="):
-            value = line.split("=", 1)[1].strip().strip("\"'")
-    if value == "saved":
-        value = None
-        for line in grubenv_text.splitlines():
-            if line.startswith("saved_entry="):
-                value = line.split("=", 1)[1].strip()
-    if not value:
-        return None
-    match = KERNEL_IN_ENTRY.search(value.split(">")[-1])
-    # menu entry ids look like gnulinux-<k>-advanced-<uuid> or gnulinux-<k>-recovery-<uuid>
-    return re.sub(r"-(?:advanced|recovery)-.*$", "", match.group(1)) if match else None
-
-
-def choose_default_kernel(installed, grub_kernel):
-    """(version, source): GRUB's kernel when installed, else the newest installed kernel."""
-    if grub_kernel and grub_kernel in installed:
-        return grub_kernel, "grub"
-    return (installed[-1], "newest") if installed else ("", "none")
 
 
 def split_packages(packages):
@@ -219,14 +208,6 @@ def headers_metas_without_image(image_metas, headers_metas):
     """Headers metas (linux-headers-X) installed without their image meta (linux-image-X): they pull
     headers for kernels that are not installed, and DKMS builds for those, not for the running kernel."""
     return [m for m in headers_metas if "linux-image-" + m[len("linux-headers-"):] not in image_metas]
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
 
 
 def kernel_entry(version, params, dkms_entries, dkms_versions, modinfo):
@@ -262,12 +243,18 @@ def kernel_entry(version, params, dkms_entries, dkms_versions, modinfo):
     return entry
 
 
-def problems_of(kernels, headers_kernels):
-    """Readable messages: 'no nvidia module for <k> (running): linux-headers-<k> not installed; ...'."""
+def problems_of(kernels, headers_kernels, running=""):
+    """Readable messages: 'no nvidia module for <k> (running): linux-headers-<k> not installed; ...'.
+
+    A kernel the next boot starts or a pending one is named with the running kernel:
+    'no nvidia module for <k> (default, pending; running <r>): ...'.
+    """
     out = []
     others = ", ".join(headers_kernels) or "none"
     for k in kernels:
         roles = [r for r in ("running", "default", "pending") if k.get(r)]
+        if running and roles and not k.get("running"):
+            roles[-1] += "; running " + running
         label = k["version"] + (" (" + ", ".join(roles) + ")" if roles else "")
         for name, mod in sorted(k["modules"].items()):
             if mod["ok"]:
@@ -294,6 +281,8 @@ def main():
             "src_dir": {"type": "path", "default": "/usr/src"},
             "grub_default_file": {"type": "path", "default": "/etc/default/grub"},
             "grubenv": {"type": "path", "default": "/boot/grub/grubenv"},
+            "loader_dirs": {"type": "list", "elements": "path", "default": list(LOADER_DIRS)},
+            "efivars_dir": {"type": "path", "default": "/sys/firmware/efi/efivars"},
         },
         supports_check_mode=True,
     )
@@ -340,8 +329,9 @@ def main():
         rc, signer, _err = module.run_command([modinfo_bin, "-k", kernel, "-F", "signer", name])
         return out.strip().splitlines()[0], signer.strip() if rc == 0 else ""
 
-    grub_kernel = parse_grub_default(_read(params["grub_default_file"]), _read(params["grubenv"]))
-    default, default_source = choose_default_kernel(installed, grub_kernel)
+    default, default_source = next_boot_kernel(installed, read_text(params["grub_default_file"]),
+                                               read_text(params["grubenv"]), params["loader_dirs"],
+                                               params["efivars_dir"])
     versions = sorted(set(installed) | {running}, key=version_key)
     kernels = []
     for version in versions:
@@ -375,7 +365,7 @@ def main():
         headers_metas_without_image=headers_metas_without_image(image_metas, headers_metas),
         missing_headers=[k["version"] for k in kernels if not k["headers_present"]],
         missing_modules=missing_modules,
-        problems=problems_of(kernels, all_headers),
+        problems=problems_of(kernels, all_headers, running),
     )
 
 

@@ -24,7 +24,7 @@ from gpuprov.facts import collect_with
 DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavour": "open", "nvswitch": True,
            "cuda_version": "12.8", "cudnn_version": "9.10.2", "nccl_version": "2.26.2",
            "container_runtime": "docker", "mig_layout": None, "mig_layouts": {}, "cuda_method": "cuda-repo",
-           "cuda_runfile_sha256": "", "cudnn_method": "cuda-repo", "cudnn_archive_sha256": ""}
+           "cuda_runfile_sha256": "", "cudnn_method": "cuda-repo", "cudnn_archive_sha256": "", "kernel_hold": False}
 
 PACKAGES = "\n".join([
     "linux-image-6.8.0-60-generic\tamd64\t6.8.0-60.63\tinstall ok installed",
@@ -119,6 +119,21 @@ def test_kernel_without_headers_and_cuda_minor_change(nvml: dict[str, Any]) -> N
     result = drift.compare(_fact(nvml, installed__packages=packages, desired__cuda_version="12.9"))
     assert result["kernel"]["installed"]["without_headers"] == ["6.8.0-62-generic"]
     assert result["cuda"]["note"] == "cuda-toolkit-12-9 is not installed"
+
+
+def test_kernel_hold_shows_an_unheld_kernel_meta_as_drift(nvml: dict[str, Any]) -> None:
+    metas = PACKAGES + ("\nlinux-generic\tamd64\t6.8.0-60.60\thold ok installed"
+                        "\nlinux-image-generic\tamd64\t6.8.0-60.60\thold ok installed"
+                        "\nlinux-headers-generic\tamd64\t6.8.0-60.60\tinstall ok installed")
+    # kernel.hold false (the default): holds are not compared
+    assert drift.compare(_fact(nvml, installed__packages=metas))["kernel"]["in_sync"]
+    kernel = drift.compare(_fact(nvml, installed__packages=metas, desired__kernel_hold=True))["kernel"]
+    assert not kernel["in_sync"]
+    assert kernel["installed"]["unheld_metas"] == ["linux-headers-generic"]
+    assert kernel["note"].startswith("kernel.hold is true but linux-headers-generic not held")
+    held = metas.replace("linux-headers-generic\tamd64\t6.8.0-60.60\tinstall", "linux-headers-generic\tamd64\t"
+                                                                                 "6.8.0-60.60\thold")
+    assert drift.compare(_fact(nvml, installed__packages=held, desired__kernel_hold=True))["kernel"]["in_sync"]
 
 
 def test_runtime_config_docker_and_containerd(nvml: dict[str, Any]) -> None:

@@ -53,7 +53,8 @@ def test_hwe_image_and_headers_match(host):
         return
     image = packages(host, f"linux-image-{HWE_KERNEL}")[f"linux-image-{HWE_KERNEL}"]
     headers = packages(host, f"linux-headers-{HWE_KERNEL}")[f"linux-headers-{HWE_KERNEL}"]
-    assert image[1] == headers[1] == "hold ok installed"
+    # a kernel's own packages bring no other kernel: kernel.hold holds only the metas
+    assert image[1] == headers[1] == "install ok installed"
     assert image[0] == headers[0]
     # the headers tree DKMS builds against: the stand-in links it to the real Debian headers
     build = host.file(f"/lib/modules/{HWE_KERNEL}/build")
@@ -78,12 +79,17 @@ def test_no_installed_kernel_without_headers(host):
         assert packages(host, headers_meta)[headers_meta][0] == packages(host, meta)[meta][0], headers_meta
 
 
-def test_kernel_packages_are_held(host):
+def test_kernel_metas_are_held_and_recorded(host):
+    """kernel.hold (converge.yml): every installed kernel meta package is held, and recorded as gpuprov's hold."""
     installed = [n for n, (_v, s) in packages(host, "linux-image-*").items() if s.endswith(" installed")]
     installed += [n for n, (_v, s) in packages(host, "linux-headers-*").items() if s.endswith(" installed")]
+    metas = {n for n in installed if not n.split("-", 2)[2][:1].isdigit()}
     held = set(host.run("apt-mark showhold").stdout.split())
-    assert installed
-    assert set(installed) <= held
+    assert metas
+    assert metas <= held
+    assert not {n for n in installed if n not in metas} & held
+    record = json.loads(host.file("/var/lib/gpuprov/kernel-hold.json").content_string)
+    assert metas <= set(record["held"]) <= held
 
 
 def test_reboot_required_is_set_and_no_reboot_was_done(host):

@@ -1,4 +1,4 @@
-"""kernel_dkms_info: `dkms status` formats of several DKMS versions, GRUB default, package split, problems."""
+"""kernel_dkms_info: `dkms status` formats of several DKMS versions, package split, problems."""
 
 from __future__ import annotations
 
@@ -45,31 +45,6 @@ def test_parse_dkms_status_formats(info: ModuleType, line: str, expected: tuple[
 def test_parse_dkms_status_skips_noise(info: ModuleType) -> None:
     text = "Error! Could not locate dkms.conf file.\nFile: /var/lib/dkms/x/1/source/dkms.conf does not exist.\n\n"
     assert info.parse_dkms_status(text) == []
-
-
-@pytest.mark.parametrize(
-    ("default", "grubenv", "expected"),
-    [
-        ("GRUB_DEFAULT=0\n", "", None),
-        ('GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux 5.15.0-105-generic"\n', "",
-         "5.15.0-105-generic"),
-        ("GRUB_DEFAULT=saved\n", "# GRUB Environment Block\nsaved_entry=gnulinux-advanced-x>gnulinux-5.4.0-190-generic"
-         "-advanced-x\n", "5.4.0-190-generic"),
-        ("GRUB_DEFAULT=saved\n", "saved_entry=Debian GNU/Linux, with Linux 6.1.0-50-amd64\n", "6.1.0-50-amd64"),
-        ("GRUB_DEFAULT=saved\n", "", None),
-        ("# GRUB_DEFAULT=1\nGRUB_TIMEOUT=5\n", "", None),
-    ],
-)
-def test_parse_grub_default(info: ModuleType, default: str, grubenv: str, expected: str | None) -> None:
-    assert info.parse_grub_default(default, grubenv) == expected
-
-
-def test_default_kernel_falls_back_to_newest(info: ModuleType) -> None:
-    installed = ["5.4.0-190-generic", "5.15.0-105-generic"]
-    assert info.choose_default_kernel(installed, None) == ("5.15.0-105-generic", "newest")
-    assert info.choose_default_kernel(installed, "5.4.0-190-generic") == ("5.4.0-190-generic", "grub")
-    assert info.choose_default_kernel(installed, "5.15.0-119-generic") == ("5.15.0-105-generic", "newest")
-    assert info.choose_default_kernel([], None) == ("", "none")
 
 
 def test_split_packages_and_headers_meta_drift(info: ModuleType) -> None:
@@ -130,3 +105,17 @@ def test_module_file_without_modinfo_is_not_ok(info: ModuleType, tmp_path: Path)
     row = info.kernel_entry("6.1.0-50-amd64", params, entries, {"nvidia": ["535.183.01"]}, lambda k, n: (None, ""))
     assert row["modules"]["nvidia"]["file"] is True
     assert row["modules"]["nvidia"]["ok"] is False
+
+
+def test_problem_for_the_next_boot_kernel_names_the_running_kernel(info: ModuleType, tmp_path: Path) -> None:
+    """A kernel installed by an upgrade, booted next, without a module: the message names both kernels."""
+    params = _tree(tmp_path, {"5.15.0-105-generic": True, "5.15.0-119-generic": True}, ["5.15.0-105-generic"])
+    entries = info.parse_dkms_status("nvidia/535.183.01, 5.15.0-105-generic, x86_64: installed\n")
+    rows = [info.kernel_entry(k, params, entries, {"nvidia": ["535.183.01"]}, lambda k, n: (f"/x/{n}.ko", ""))
+            for k in ("5.15.0-105-generic", "5.15.0-119-generic")]
+    rows[0]["running"] = True
+    rows[1].update(default=True, pending=True)
+    assert info.problems_of(rows, ["5.15.0-105-generic", "5.15.0-119-generic"], "5.15.0-105-generic") == [
+        "no nvidia module for 5.15.0-119-generic (default, pending; running 5.15.0-105-generic): DKMS state added "
+        "for nvidia/535.183.01, module file absent"
+    ]
