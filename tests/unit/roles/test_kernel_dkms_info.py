@@ -130,3 +130,21 @@ def test_module_file_without_modinfo_is_not_ok(info: ModuleType, tmp_path: Path)
     row = info.kernel_entry("6.1.0-50-amd64", params, entries, {"nvidia": ["535.183.01"]}, lambda k, n: (None, ""))
     assert row["modules"]["nvidia"]["file"] is True
     assert row["modules"]["nvidia"]["ok"] is False
+
+
+def test_packaged_module_counts_only_when_asked(info: ModuleType, tmp_path: Path) -> None:
+    """Canonical's precompiled module (kernel/nvidia-580srv/nvidia.ko, no DKMS entry) is present with ``packaged``;
+    without it the kernel still lacks a module, and a DKMS-built one never counts as packaged."""
+    params = _tree(tmp_path, {"6.8.0-87-generic": False}, [])
+
+    def modinfo(kernel: str, name: str) -> tuple[str | None, str]:
+        return f"/lib/modules/{kernel}/kernel/nvidia-580srv/{name}.ko", "Canonical Ltd. Kernel Module Signing"
+
+    dkms_only = info.kernel_entry("6.8.0-87-generic", params, [], {}, modinfo)["modules"]["nvidia"]
+    assert (dkms_only["ok"], dkms_only["dkms_state"], dkms_only["modinfo"]) == (False, "absent", False)
+    mod = info.kernel_entry("6.8.0-87-generic", {**params, "packaged": True}, [], {}, modinfo)["modules"]["nvidia"]
+    assert (mod["ok"], mod["dkms_state"], mod["file"]) == (True, "packaged", True)
+    assert mod["signer"] == "Canonical Ltd. Kernel Module Signing"
+    built = info.kernel_entry("6.8.0-87-generic", {**params, "packaged": True}, [], {},
+                              lambda k, n: (f"/lib/modules/{k}/updates/dkms/{n}.ko", ""))["modules"]["nvidia"]
+    assert built["ok"] is False
