@@ -134,7 +134,8 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
 
     Returns:
         ``{"meta": names, "kernel": names, "kernel_prefixes": prefixes, "unbranched_meta": names,
-        "unbranched_kernel": names}``: ``meta`` and ``kernel`` are exact names; ``kernel_prefixes`` begin the names
+        "unbranched_kernel": names}``: ``meta`` and ``kernel`` are exact names (``meta`` with Ubuntu's headless metas,
+        ``nvidia-headless[-no-dkms]-<branch>-server[-open]``, which method ubuntu-drivers installs); ``kernel_prefixes`` begin the names
         of Canonical's precompiled modules (one per kernel flavour); the unbranched names (Debian's, and NVIDIA's
         from 590: :func:`branch_in_names`) are installed at a version of the branch.
     """
@@ -145,8 +146,12 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
                  for f in wanted if f in source_flavours(branch, s)}
         return tuple(sorted(name for name in found if name))
 
+    # method ubuntu-drivers installs Ubuntu's headless metas in place of nvidia-driver-<branch>-server[-open]
+    # (plugins/plugin_utils/ubuntu_drivers.py)
+    headless = {f"nvidia-headless{kind}-{branch}" + driver_packages(branch, f, "ubuntu")["meta"].removeprefix(
+        f"nvidia-driver-{branch}") for f in wanted for kind in ("", "-no-dkms")}
     return {
-        "meta": names("meta", True),
+        "meta": tuple(sorted({*names("meta", True), *headless})),
         "kernel": names("dkms", True),
         "kernel_prefixes": names("precompiled_prefix", True),
         "unbranched_meta": names("meta", False),
