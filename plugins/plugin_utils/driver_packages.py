@@ -135,9 +135,10 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
     Returns:
         ``{"meta": names, "kernel": names, "kernel_prefixes": prefixes, "unbranched_meta": names,
         "unbranched_kernel": names}``: ``meta`` and ``kernel`` are exact names (``meta`` with Ubuntu's headless metas,
-        ``nvidia-headless[-no-dkms]-<branch>-server[-open]``, which method ubuntu-drivers installs); ``kernel_prefixes`` begin the names
-        of Canonical's precompiled modules (one per kernel flavour); the unbranched names (Debian's, and NVIDIA's
-        from 590: :func:`branch_in_names`) are installed at a version of the branch.
+        ``nvidia-headless[-no-dkms]-<branch>-server[-open]``, which method ubuntu-drivers installs);
+        ``kernel_prefixes`` begin the names of Canonical's precompiled modules (one per kernel flavour); the
+        unbranched names (Debian's, and NVIDIA's from 590: :func:`branch_in_names`) are installed at a version of the
+        branch.
     """
     wanted = [str(flavour)] if str(flavour) in FLAVOURS else list(FLAVOURS)
 
