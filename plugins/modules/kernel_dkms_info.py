@@ -19,9 +19,9 @@ description:
   - DKMS has no library or machine-readable output, only the C(dkms status) CLI, so the module runs it and
     parses the line formats of DKMS 2.x (C(name, version, kernel, arch) then a colon and the state) and 2.8+/3.x
     (C(name/version, kernel, arch) then a colon and the state), with or without a trailing note.
-  - With O(packaged), a module that C(modinfo -k <k>) finds outside C(updates/dkms) counts as present too (DKMS
-    state C(packaged)): Canonical's precompiled modules (C(linux-modules-nvidia-<branch>-server-<k>)) install it
-    under C(kernel/), and DKMS knows nothing of them.
+  - With O(packaged), a module that C(modinfo -k <k>) finds outside C(updates/dkms) counts as present too, with the
+    DKMS state C(packaged). Canonical's precompiled modules (C(linux-modules-nvidia-<branch>-server-<k>)) install
+    it under C(kernel/), and DKMS knows nothing of them.
   - Changes nothing on the host.
 options:
   modules:
