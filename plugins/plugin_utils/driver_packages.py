@@ -167,6 +167,11 @@ _BRANCHED = re.compile(
     r"|fabricmanager|fabricmanager-dev|driver-pinning)|libnvidia-[a-z0-9-]+?|xserver-xorg-video-nvidia|cuda-drivers)"
     r"-(?P<branch>[0-9]+)(?P<suffix>-server-open|-open|-server)?$")
 
+#: Canonical's precompiled modules of one kernel or kernel flavour: ``linux-modules-nvidia-<branch><suffix>-<kernel>``
+#: (and the ``linux-objects-nvidia-`` they are linked from), ``<suffix>`` ``-server``, ``-server-open`` or ``-open``.
+_PRECOMPILED = re.compile(r"^linux-(?:modules|objects)-nvidia-(?P<branch>[0-9]+)(?P<suffix>-server-open|-server|-open)?"
+                          r"-[0-9a-z]")
+
 #: The parts whose name carries the kernel module's flavour (``-open``); the others carry only ``-server``.
 _KERNEL_PARTS = frozenset({"nvidia-driver", "nvidia-dkms", "nvidia-kernel-source", "nvidia-headless",
                            "nvidia-headless-no-dkms"})
@@ -181,7 +186,9 @@ def foreign_packages(names: Any, branch: Any, flavour: Any = "proprietary", sour
 
     A package of the branch in the flavour's suffix is not foreign even when the set does not name it (the meta's
     own dependencies: ``libnvidia-gl-580``, ``nvidia-kernel-common-580``, ...). Where the set's names carry no
-    branch (Debian's, NVIDIA's from 590), every branched family package is foreign.
+    branch (Debian's, NVIDIA's from 590), every branched family package is foreign. Canonical's precompiled modules
+    (``linux-modules-nvidia-535-server-6.8.0-87-generic``) of another branch or kernel suffix are foreign too: the
+    kernel would have two nvidia modules.
 
     Returns:
         The foreign names, sorted.
@@ -194,6 +201,11 @@ def foreign_packages(names: Any, branch: Any, flavour: Any = "proprietary", sour
     userland_suffix = userland.removeprefix(f"libnvidia-compute-{branch}") if branched else None
     foreign = []
     for name in names:
+        precompiled = _PRECOMPILED.match(str(name))
+        if precompiled is not None:
+            if precompiled["branch"] != branch or not branched or (precompiled["suffix"] or "") != kernel_suffix:
+                foreign.append(str(name))
+            continue
         match = _BRANCHED.match(str(name))
         if match is None:
             continue

@@ -65,3 +65,17 @@ def test_no_kernel_known_means_dkms() -> None:
 def test_bad_branch_or_flavour_fails_like_the_package_names(branch: str, flavour: str) -> None:
     with pytest.raises(AnsibleFilterError, match="nvidia_driver_packages"):
         PLAN(branch, flavour, [GA], METAS, [])
+
+
+def test_another_branchs_precompiled_modules_are_a_branch_change() -> None:
+    """Moving a precompiled host from 535 to 580: the old branch's per-kernel modules and their metas are foreign
+    (the kernel would have two nvidia modules), the new branch's and another kernel's of the same branch are not."""
+    foreign = FilterModule().filters()["nvidia_driver_foreign"]
+    installed = [f"linux-modules-nvidia-535-server-{GA}", "linux-modules-nvidia-535-server-generic",
+                 f"linux-objects-nvidia-535-server-{GA}", f"linux-modules-nvidia-580-server-{GA}",
+                 f"linux-modules-nvidia-580-server-{HWE}", "linux-modules-nvidia-580-server-open-generic",
+                 "nvidia-headless-no-dkms-535-server", "nvidia-headless-no-dkms-580-server", f"linux-image-{GA}"]
+    assert foreign(installed, "580", "server", "ubuntu") == [
+        f"linux-modules-nvidia-535-server-{GA}", "linux-modules-nvidia-535-server-generic",
+        "linux-modules-nvidia-580-server-open-generic", f"linux-objects-nvidia-535-server-{GA}",
+        "nvidia-headless-no-dkms-535-server"]
