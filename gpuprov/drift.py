@@ -56,9 +56,13 @@ DRIFT_PLAY: list[dict[str, Any]] = [{
 
 #: The installed NVIDIA driver set, ``<name>-<branch>[-open|-server]``, or from branch 590 NVIDIA's unbranched
 #: ``<name>[-open]`` (``nvidia-open``, ``nvidia-dkms-open``, ``libnvidia-compute``): the meta package, its DKMS kernel
-#: module source and the userland library. Their version is the driver the host runs after its next boot; the
-#: driver and Fabric Manager entries both read the set from here.
-DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute", "nvidia-open")
+#: module source and the userland library; Ubuntu's headless metas (``nvidia-headless[-no-dkms]-<branch>-server``) stand
+#: for the meta where method ubuntu-drivers installed them. Their version is the driver the host runs after its next
+#: boot; the driver and Fabric Manager entries both read the set from here.
+DRIVER_SET = ("nvidia-driver", "nvidia-dkms", "libnvidia-compute", "nvidia-open", "nvidia-headless",
+              "nvidia-headless-no-dkms")
+#: The branched meta and kernel-module names of :data:`DRIVER_SET` (the driver entry's "packages").
+_BRANCHED_META_AND_KERNEL = ("nvidia-driver", "nvidia-dkms", "nvidia-headless", "nvidia-headless-no-dkms")
 _DRIVER_PACKAGE = re.compile(rf"^({'|'.join(DRIVER_SET)})(-\d+.*|-open)?$")
 
 
@@ -135,7 +139,7 @@ def _driver(want: dict[str, Any], packages: dict[str, str], nvml: dict[str, Any]
     flavour = want.get("driver_flavour") if want.get("driver_flavour") in source_flavours(branch, "nvidia") else None
     names = driver_packages(branch, flavour)
     unbranched = installed_forms(branch, None)
-    drivers = {**_driver_packages(packages, ("nvidia-driver", "nvidia-dkms")),
+    drivers = {**_driver_packages(packages, _BRANCHED_META_AND_KERNEL),
                **{name: packages[name] for name in (*unbranched["unbranched_meta"], *unbranched["unbranched_kernel"])
                   if name in packages}}
     nvml_version = nvml.get("driver_version") if nvml.get("available") else None

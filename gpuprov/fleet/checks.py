@@ -56,21 +56,13 @@ def check_host(ctx: HostCheck, settings: dict[str, Any], matrix: Matrix) -> None
         _check_hardware(ctx, settings, matrix, gpu)
 
 
-#: Driver methods the nvidia_driver role carries out today; the others are refused here, before any host is
-#: touched, instead of by the role after bios_check, nouveau and hwe_kernel have run (issue 5 tracks them).
-IMPLEMENTED_METHODS = ("cuda-repo", "distro", "runfile")
-
 #: The file name NVIDIA gives its Linux x86_64 driver installer (download.nvidia.com/XFree86/Linux-x86_64/<v>/)
 _RUNFILE_NAME = re.compile(r"NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)(?:-[a-z-]+)?\.run$")
 
 
 def _check_method(ctx: HostCheck, s: dict[str, Any], m: Matrix) -> None:
     drv, os_name = s["driver"], s["os"]
-    method = drv["method"]
-    if method not in IMPLEMENTED_METHODS:
-        ctx.fail(("driver", "method"), f"driver method {method} is not implemented yet",
-                 "use method cuda-repo (NVIDIA's CUDA repository or your mirror of it), distro (the distribution's "
-                 "own packages) or runfile (NVIDIA's .run installer from your mirror)")
+    method = drv["method"]  # one of gpuprov.matrix.INSTALL_METHODS (the schema's choices), all carried out by the role
     if method == "ubuntu-drivers" and m.os[os_name].family != "ubuntu":
         ctx.fail(("driver", "method"), f"ubuntu-drivers exists only on Ubuntu, not on {os_name}",
                  "use method cuda-repo (or distro)")

@@ -13,6 +13,7 @@ from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import
     driver_packages,
     foreign_packages,
 )
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.ubuntu_drivers import ubuntu_drivers_plan as _plan
 
 
 def nvidia_driver_packages(branch: Any, flavour: Any = "proprietary", source: Any = "nvidia") -> dict[str, Any]:
@@ -51,8 +52,21 @@ def nvidia_driver_foreign(names: Any, branch: Any, flavour: Any = "proprietary",
     return foreign_packages(list(names), str(branch).strip(), flavour, str(source))
 
 
+def ubuntu_drivers_plan(branch: Any, flavour: Any, kernels: Any, image_metas: Any, available: Any) -> dict[str, Any]:
+    """``nvidia_driver_branch | gpuprov.gpu.ubuntu_drivers_plan(nvidia_driver_flavour, kernels, image_metas,
+    available)`` -> what method ubuntu-drivers installs (``plugins/plugin_utils/ubuntu_drivers.py``): ``{driver,
+    precompiled, meta, set, kernel_packages, module_metas, missing}``.
+
+    Raises:
+        AnsibleFilterError: as :func:`nvidia_driver_packages` for the branch and flavour (source ``ubuntu``).
+    """
+    nvidia_driver_packages(branch, flavour, "ubuntu")  # the same checks and errors
+    return _plan(str(branch).strip(), flavour, list(kernels), list(image_metas), list(available))
+
+
 class FilterModule:
-    """nvidia_driver_packages and nvidia_driver_foreign (gpuprov.gpu.<name> in a play)."""
+    """nvidia_driver_packages, nvidia_driver_foreign and ubuntu_drivers_plan (gpuprov.gpu.<name> in a play)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"nvidia_driver_packages": nvidia_driver_packages, "nvidia_driver_foreign": nvidia_driver_foreign}
+        return {"nvidia_driver_packages": nvidia_driver_packages, "nvidia_driver_foreign": nvidia_driver_foreign,
+                "ubuntu_drivers_plan": ubuntu_drivers_plan}

@@ -21,6 +21,9 @@ description:
   - DKMS has no library or machine-readable output, only the C(dkms status) CLI, so the module runs it and
     parses the line formats of DKMS 2.x (C(name, version, kernel, arch) then a colon and the state) and 2.8+/3.x
     (C(name/version, kernel, arch) then a colon and the state), with or without a trailing note.
+  - With O(packaged), a module that C(modinfo -k <k>) finds outside C(updates/dkms) counts as present too, with the
+    DKMS state C(packaged). Canonical's precompiled modules (C(linux-modules-nvidia-<branch>-server-<k>)) install
+    it under C(kernel/), and DKMS knows nothing of them.
   - Changes nothing on the host.
 options:
   modules:
@@ -63,6 +66,10 @@ options:
     description: Directory of the EFI variables (C(LoaderInfo), C(LoaderEntryOneShot), C(LoaderEntryDefault)).
     type: path
     default: /sys/firmware/efi/efivars
+  packaged:
+    description: Count a module installed by a package outside DKMS (found by C(modinfo -k)) as present.
+    type: bool
+    default: false
 author: gpuprov contributors
 """
 
@@ -230,15 +237,17 @@ def kernel_entry(version, params, dkms_entries, dkms_versions, modinfo):
         versions = dkms_versions.get(name, [])
         want = versions[-1] if versions else None
         state = next((e for e in states if e["version"] == want), states[-1] if states else None)
-        filename, signer = modinfo(version, name) if files[name] else (None, "")
+        filename, signer = modinfo(version, name) if files[name] or params.get("packaged") else (None, "")
+        packaged = bool(params.get("packaged") and filename and "/updates/dkms/" not in filename)
+        dkms_ok = bool(state and state["state"].startswith("installed") and files[name] and filename)
         entry["modules"][name] = {
             "dkms_version": state["version"] if state else want,
-            "dkms_state": state["state"] if state else ("added" if want else "absent"),
-            "file": files[name],
+            "dkms_state": state["state"] if state else ("packaged" if packaged else "added" if want else "absent"),
+            "file": files[name] or packaged,
             "modinfo": filename is not None,
             "modinfo_filename": filename or "",
             "signer": signer,
-            "ok": bool(state and state["state"].startswith("installed") and files[name] and filename),
+            "ok": dkms_ok or packaged,
         }
     return entry
 
@@ -283,6 +292,7 @@ def main():
             "grubenv": {"type": "path", "default": "/boot/grub/grubenv"},
             "loader_dirs": {"type": "list", "elements": "path", "default": list(LOADER_DIRS)},
             "efivars_dir": {"type": "path", "default": "/sys/firmware/efi/efivars"},
+            "packaged": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )

@@ -134,9 +134,11 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
 
     Returns:
         ``{"meta": names, "kernel": names, "kernel_prefixes": prefixes, "unbranched_meta": names,
-        "unbranched_kernel": names}``: ``meta`` and ``kernel`` are exact names; ``kernel_prefixes`` begin the names
-        of Canonical's precompiled modules (one per kernel flavour); the unbranched names (Debian's, and NVIDIA's
-        from 590: :func:`branch_in_names`) are installed at a version of the branch.
+        "unbranched_kernel": names}``: ``meta`` and ``kernel`` are exact names (``meta`` with Ubuntu's headless metas,
+        ``nvidia-headless[-no-dkms]-<branch>-server[-open]``, which method ubuntu-drivers installs);
+        ``kernel_prefixes`` begin the names of Canonical's precompiled modules (one per kernel flavour); the
+        unbranched names (Debian's, and NVIDIA's from 590: :func:`branch_in_names`) are installed at a version of the
+        branch.
     """
     wanted = [str(flavour)] if str(flavour) in FLAVOURS else list(FLAVOURS)
 
@@ -145,8 +147,12 @@ def installed_forms(branch: Any, flavour: Any = None) -> dict[str, tuple[str, ..
                  for f in wanted if f in source_flavours(branch, s)}
         return tuple(sorted(name for name in found if name))
 
+    # method ubuntu-drivers installs Ubuntu's headless metas in place of nvidia-driver-<branch>-server[-open]
+    # (plugins/plugin_utils/ubuntu_drivers.py)
+    headless = {f"nvidia-headless{kind}-{branch}" + driver_packages(branch, f, "ubuntu")["meta"].removeprefix(
+        f"nvidia-driver-{branch}") for f in wanted for kind in ("", "-no-dkms")}
     return {
-        "meta": names("meta", True),
+        "meta": tuple(sorted({*names("meta", True), *headless})),
         "kernel": names("dkms", True),
         "kernel_prefixes": names("precompiled_prefix", True),
         "unbranched_meta": names("meta", False),
@@ -160,6 +166,11 @@ _BRANCHED = re.compile(
     r"^(?P<part>nvidia-(?:driver|dkms|utils|compute-utils|kernel-common|kernel-source|headless|headless-no-dkms"
     r"|fabricmanager|fabricmanager-dev|driver-pinning)|libnvidia-[a-z0-9-]+?|xserver-xorg-video-nvidia|cuda-drivers)"
     r"-(?P<branch>[0-9]+)(?P<suffix>-server-open|-open|-server)?$")
+
+#: Canonical's precompiled modules of one kernel or kernel flavour: ``linux-modules-nvidia-<branch><suffix>-<kernel>``
+#: (and the ``linux-objects-nvidia-`` they are linked from), ``<suffix>`` ``-server``, ``-server-open`` or ``-open``.
+_PRECOMPILED = re.compile(r"^linux-(?:modules|objects)-nvidia-(?P<branch>[0-9]+)(?P<suffix>-server-open|-server|-open)?"
+                          r"-[0-9a-z]")
 
 #: The parts whose name carries the kernel module's flavour (``-open``); the others carry only ``-server``.
 _KERNEL_PARTS = frozenset({"nvidia-driver", "nvidia-dkms", "nvidia-kernel-source", "nvidia-headless",
@@ -175,7 +186,9 @@ def foreign_packages(names: Any, branch: Any, flavour: Any = "proprietary", sour
 
     A package of the branch in the flavour's suffix is not foreign even when the set does not name it (the meta's
     own dependencies: ``libnvidia-gl-580``, ``nvidia-kernel-common-580``, ...). Where the set's names carry no
-    branch (Debian's, NVIDIA's from 590), every branched family package is foreign.
+    branch (Debian's, NVIDIA's from 590), every branched family package is foreign. Canonical's precompiled modules
+    (``linux-modules-nvidia-535-server-6.8.0-87-generic``) of another branch or kernel suffix are foreign too: the
+    kernel would have two nvidia modules.
 
     Returns:
         The foreign names, sorted.
@@ -188,6 +201,11 @@ def foreign_packages(names: Any, branch: Any, flavour: Any = "proprietary", sour
     userland_suffix = userland.removeprefix(f"libnvidia-compute-{branch}") if branched else None
     foreign = []
     for name in names:
+        precompiled = _PRECOMPILED.match(str(name))
+        if precompiled is not None:
+            if precompiled["branch"] != branch or not branched or (precompiled["suffix"] or "") != kernel_suffix:
+                foreign.append(str(name))
+            continue
         match = _BRANCHED.match(str(name))
         if match is None:
             continue

@@ -230,7 +230,8 @@ def test_driver_packages_differ_from_the_loaded_module(nvml: dict[str, Any]) -> 
 def test_driver_set_is_one_constant_for_driver_and_fabric_manager(nvml: dict[str, Any]) -> None:
     """Both entries read the set through drift.DRIVER_SET: the userland library alone still sets the version
     Fabric Manager must match, and the driver entry compares the same version with the loaded module."""
-    assert drift.DRIVER_SET == ("nvidia-driver", "nvidia-dkms", "libnvidia-compute", "nvidia-open")
+    assert drift.DRIVER_SET == ("nvidia-driver", "nvidia-dkms", "libnvidia-compute", "nvidia-open", "nvidia-headless",
+                                "nvidia-headless-no-dkms")
     only_lib = "\n".join(["libnvidia-compute-580-server\tamd64\t580.95.05-0ubuntu1\tinstall ok installed",
                           "nvidia-fabricmanager-580\tamd64\t580.95.05-1\tinstall ok installed",
                           "python3-apt\tamd64\t2.6.0\tinstall ok installed"])
@@ -274,6 +275,12 @@ UBUNTU_SERVER = (("nvidia-driver-580-server", "580.159.04-0ubuntu0.24.04.1"),
     ("open", (("nvidia-driver-580-server-open", "580.159.04-0ubuntu1"),
               ("linux-modules-nvidia-580-server-open-generic", "6.8.0-60.63+1")), True),
     ("auto", (("nvidia-driver-580-open", "580.159.04-1"), ("nvidia-dkms-580-open", "580.159.04-1")), True),
+    # method ubuntu-drivers: Ubuntu's headless meta with Canonical's precompiled modules, or with DKMS
+    ("proprietary", (("nvidia-headless-no-dkms-580-server", "580.159.04-0ubuntu0.24.04.1"),
+                     ("linux-modules-nvidia-580-server-6.8.0-87-generic", "6.8.0-87.88+1")), True),
+    ("proprietary", (("nvidia-headless-580-server", "580.159.04-0ubuntu0.24.04.1"),
+                     ("nvidia-dkms-580-server", "580.159.04-0ubuntu0.24.04.1")), True),
+    ("proprietary", (("nvidia-headless-no-dkms-580-server", "580.159.04-0ubuntu0.24.04.1"),), False),  # no module
     # method distro on Debian: the unbranched packages, at a version of the branch
     ("proprietary", (("nvidia-driver", "580.159.04-1"), ("nvidia-kernel-dkms", "580.159.04-1")), True),
     ("open", (("nvidia-driver", "580.159.04-1"), ("nvidia-open-kernel-dkms", "580.159.04-1")), True),

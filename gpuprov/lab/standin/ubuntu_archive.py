@@ -14,10 +14,11 @@ stand-in instead (:data:`ARCHIVES`, one per release):
   ``-server-open`` with their DKMS and ``-server`` userland packages, for every lab driver branch at Ubuntu's
   revision (``580.65.06-0ubuntu0.24.04.1``): the set the nvidia_driver role's method distro installs
   (roles/nvidia_driver/vars/Ubuntu.yml). Fabric Manager and ``cuda-drivers`` are not in Ubuntu's archive at
-  the driver's version and are left out. The 20.04 stand-in's archive carries its HWE line only, as before.
-
-Canonical's signed precompiled modules (``linux-modules-nvidia-<branch>-server[-open]-<kernel>``) are not
-stood in: a container loads no module, and no role installs them (the drift report only recognises them).
+  the driver's version and are left out. The 20.04 stand-in's archive carries its HWE line only, as before;
+* from 22.04 on too, what the nvidia_driver role's method ubuntu-drivers installs
+  (:mod:`gpuprov.lab.standin.ubuntu_drivers`): ``ubuntu-drivers-common`` with a stand-in ``ubuntu-drivers``, the
+  headless sets of every server branch, and Canonical's precompiled modules for each of the archive's kernels,
+  ``linux-modules-nvidia-<branch>-server[-open]-<kernel>``, with the metas of the kernel flavours.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.lab.standin.catalogue import LAB_BRANCHES, driver_packages, ubuntu_kernel
-from gpuprov.lab.standin.deb import PackageSpec
+from gpuprov.lab.standin.deb import StandinPackage
+from gpuprov.lab.standin.ubuntu_drivers import headless_packages, precompiled_modules, ubuntu_drivers_common
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,11 @@ def server_revision(release: str) -> str:
     return f"-0ubuntu0.{release}.1"
 
 
-def archive_packages(os_name: str, debian_kernel: str) -> list[PackageSpec]:
+#: The stand-in ubuntu-drivers-common's version (noble's shape).
+UBUNTU_DRIVERS_COMMON_VERSION = "1:0.9.7.6ubuntu3.1"
+
+
+def archive_packages(os_name: str, debian_kernel: str) -> list[StandinPackage]:
     """The stand-in archive of ``os_name``: its kernel lines and its ``-server`` driver sets (module docstring).
 
     The kernels' headers link to the real Debian headers of ``debian_kernel`` (the host's own kernel, e.g.
@@ -100,12 +106,19 @@ def archive_packages(os_name: str, debian_kernel: str) -> list[PackageSpec]:
     if archive is None:
         raise ConfigError(f"lab OS {os_name} is not an Ubuntu stand-in: it has no stand-in Ubuntu archive")
     real = f"linux-headers-{debian_kernel}"
-    specs: list[PackageSpec] = []
+    specs: list[StandinPackage] = []
     for line in archive.kernels:
         specs += ubuntu_kernel(line.abi, "generic", line.suffix, line.version, f"/usr/src/{real}", (real,),
                                hooks=True)
     for branch in archive.server_branches:
-        specs += [s for s in driver_packages(branch, LAB_BRANCHES[branch], server_revision(archive.release),
-                                             flavours=("-server", "-server-open"))
+        version, revision = LAB_BRANCHES[branch], server_revision(archive.release)
+        specs += [s for s in driver_packages(branch, version, revision, flavours=("-server", "-server-open"))
                   if not s.name.startswith(("nvidia-fabricmanager-", "cuda-drivers-"))]
+        for kernel_suffix in ("-server", "-server-open"):
+            specs += headless_packages(branch, kernel_suffix, f"{version}{revision}")
+            for line in archive.kernels:
+                specs += precompiled_modules(branch, version, kernel_suffix, f"{line.abi}-generic", line.suffix,
+                                             line.version)
+    if archive.server_branches:
+        specs.append(ubuntu_drivers_common(UBUNTU_DRIVERS_COMMON_VERSION))
     return specs

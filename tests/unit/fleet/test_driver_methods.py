@@ -1,18 +1,19 @@
-"""Which driver methods `gpuprov validate` lets through: cuda-repo, distro and runfile are implemented by the
-nvidia_driver role; ubuntu-drivers is refused before any host is touched (issue 5). Method runfile's own fields
-(URL, SHA-256, version) are checked here too."""
+"""Which driver methods `gpuprov validate` lets through: all four the schema names (cuda-repo, distro, ubuntu-drivers,
+runfile), each carried out by the nvidia_driver role, and the docs name the same four; ubuntu-drivers only on Ubuntu.
+Method runfile's own fields (URL, SHA-256, version) are checked here too."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
 from gpuprov.exceptions import FleetValidationError
-from gpuprov.fleet import Fleet
-from gpuprov.fleet.checks import IMPLEMENTED_METHODS
+from gpuprov.fleet import Fleet, checks
 from gpuprov.fleet.loader import load_text
 from gpuprov.fleet.validate import validate_loaded
+from gpuprov.matrix import INSTALL_METHODS
 from gpuprov.rolevars import with_role_variables
 
 SHA = "a" * 64
@@ -30,8 +31,14 @@ def _problems(driver: str, os_name: str = "ubuntu2204", gpus: str = "{model: L40
     return {p.path: str(p) for p in info.value.problems}
 
 
-def test_implemented_methods() -> None:
-    assert IMPLEMENTED_METHODS == ("cuda-repo", "distro", "runfile")
+def test_docs_name_the_methods_validate_accepts() -> None:
+    """The fleet-file reference's driver.method row names exactly the methods the schema (and validate) accepts."""
+    root = Path(__file__).resolve().parents[3]
+    row = next(line for line in (root / "docs/fleet-file.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `driver.method` |"))
+    named = {m for m in ("cuda-repo", "distro", "ubuntu-drivers", "runfile", "autoinstall") if f"`{m}`" in row}
+    assert named == set(INSTALL_METHODS)
+    assert "not implemented" not in row
 
 
 def test_distro_on_debian12_at_debians_branch_validates() -> None:
@@ -40,10 +47,34 @@ def test_distro_on_debian12_at_debians_branch_validates() -> None:
     assert settings["driver"]["method"] == "distro" and settings["driver"]["branch"] == "535"
 
 
-def test_ubuntu_drivers_is_refused_naming_the_implemented_methods() -> None:
-    message = _problems("{method: ubuntu-drivers}")["settings.driver.method"]
-    assert "is not implemented yet" in message
-    assert "cuda-repo" in message and "distro" in message and "runfile" in message
+@pytest.mark.parametrize("os_name", ["ubuntu2204", "ubuntu2404"])
+def test_ubuntu_drivers_with_580_server_validates_and_reaches_the_role(os_name: str) -> None:
+    fleet = _validate(os_name, '{method: ubuntu-drivers, branch: "580", flavour: proprietary}')
+    drv = fleet.hosts["gpu01"].settings["driver"]
+    # the role installs Ubuntu's -server build of the flavour: nvidia:580-server
+    assert (drv["method"], drv["branch"], drv["flavour"]) == ("ubuntu-drivers", "580", "proprietary")
+    role = with_role_variables({"gpuprov_driver_method": "ubuntu-drivers", "gpuprov_driver_branch": "580"})
+    assert role["nvidia_driver_method"] == "ubuntu-drivers" and role["nvidia_driver_branch"] == "580"
+
+
+def test_ubuntu_drivers_535_past_end_of_life_validates_with_the_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checks, "today", lambda: dt.date(2026, 12, 4))  # after R535's end of life (June 2026)
+    fleet = _validate("ubuntu2204", '{method: ubuntu-drivers, branch: "535"}')
+    assert fleet.hosts["gpu01"].settings["driver"]["branch"] == "535"
+    [warning] = fleet.warnings
+    assert warning.path == "settings.driver.branch"
+    assert "driver branch 535 (long-term support branch) reached end of life in June 2026" in warning.problem
+
+
+def test_ubuntu_drivers_off_ubuntu_is_refused() -> None:
+    message = _problems('{method: ubuntu-drivers, branch: "580"}', os_name="debian12")["settings.driver.method"]
+    assert "ubuntu-drivers exists only on Ubuntu, not on debian12" in message
+
+
+def test_ubuntu_drivers_on_an_nvswitch_system_is_refused_for_fabric_manager() -> None:
+    problems = _problems('{method: ubuntu-drivers, branch: "580"}',
+                         gpus="{model: H100-SXM5-80GB, count: 8, nvswitch: true}")
+    assert "method ubuntu-drivers cannot install" in problems["settings.driver.method"]
 
 
 @pytest.mark.parametrize("url", [

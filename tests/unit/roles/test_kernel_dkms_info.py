@@ -119,3 +119,21 @@ def test_problem_for_the_next_boot_kernel_names_the_running_kernel(info: ModuleT
         "no nvidia module for 5.15.0-119-generic (default, pending; running 5.15.0-105-generic): DKMS state added "
         "for nvidia/535.183.01, module file absent"
     ]
+
+
+def test_packaged_module_counts_only_when_asked(info: ModuleType, tmp_path: Path) -> None:
+    """Canonical's precompiled module (kernel/nvidia-580srv/nvidia.ko, no DKMS entry) is present with ``packaged``;
+    without it the kernel still lacks a module, and a DKMS-built one never counts as packaged."""
+    params = _tree(tmp_path, {"6.8.0-87-generic": False}, [])
+
+    def modinfo(kernel: str, name: str) -> tuple[str | None, str]:
+        return f"/lib/modules/{kernel}/kernel/nvidia-580srv/{name}.ko", "Canonical Ltd. Kernel Module Signing"
+
+    dkms_only = info.kernel_entry("6.8.0-87-generic", params, [], {}, modinfo)["modules"]["nvidia"]
+    assert (dkms_only["ok"], dkms_only["dkms_state"], dkms_only["modinfo"]) == (False, "absent", False)
+    mod = info.kernel_entry("6.8.0-87-generic", {**params, "packaged": True}, [], {}, modinfo)["modules"]["nvidia"]
+    assert (mod["ok"], mod["dkms_state"], mod["file"]) == (True, "packaged", True)
+    assert mod["signer"] == "Canonical Ltd. Kernel Module Signing"
+    built = info.kernel_entry("6.8.0-87-generic", {**params, "packaged": True}, [], {},
+                              lambda k, n: (f"/lib/modules/{k}/updates/dkms/{n}.ko", ""))["modules"]["nvidia"]
+    assert built["ok"] is False

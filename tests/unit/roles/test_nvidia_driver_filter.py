@@ -57,7 +57,8 @@ def test_installed_forms_are_every_sources_names() -> None:
     assert set(forms["unbranched_kernel"]) == {"nvidia-kernel-dkms", "nvidia-open-kernel-dkms"}
     assert not any("570" in name for part in forms.values() for name in part)
     server = installed_forms("580", "server")
-    assert server["meta"] == ("nvidia-driver-580-server",) and server["unbranched_kernel"] == ()
+    assert server["meta"] == ("nvidia-driver-580-server", "nvidia-headless-580-server",
+                              "nvidia-headless-no-dkms-580-server") and server["unbranched_kernel"] == ()
 
 
 @pytest.mark.parametrize(("branch", "flavour", "message"), [
@@ -117,7 +118,8 @@ def test_installed_forms_from_590_are_read_by_version() -> None:
     assert set(forms["unbranched_meta"]) == {"nvidia-open", "cuda-drivers", "nvidia-driver"}
     assert set(forms["unbranched_kernel"]) == {"nvidia-dkms-open", "nvidia-dkms", "nvidia-kernel-dkms",
                                                "nvidia-open-kernel-dkms"}
-    assert set(forms["meta"]) == {"nvidia-driver-595-server", "nvidia-driver-595-server-open"}
+    assert set(forms["meta"]) == {f"nvidia-{part}-595{suffix}" for suffix in ("-server", "-server-open")
+                                  for part in ("driver", "headless", "headless-no-dkms")}
     opened = installed_forms("595", "open")
     assert set(opened["unbranched_meta"]) == {"nvidia-open", "nvidia-driver"}
     assert "nvidia-dkms-open" in opened["unbranched_kernel"] and "nvidia-dkms" not in opened["unbranched_kernel"]

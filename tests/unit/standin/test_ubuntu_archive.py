@@ -9,13 +9,14 @@ from gpuprov.exceptions import ConfigError
 from gpuprov.lab.imagespecs import SPECS
 from gpuprov.lab.repo import archive_source
 from gpuprov.lab.standin.catalogue import LAB_BRANCHES
+from gpuprov.lab.standin.deb import spec_of
 from gpuprov.lab.standin.ubuntu_archive import archive_for, archive_packages
 
 KERNEL = "6.12.57+deb13-amd64"
 
 
 def _by_name(os_name: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-    return {s.name: (s.version, s.depends) for s in archive_packages(os_name, KERNEL)}
+    return {spec_of(p).name: (spec_of(p).version, spec_of(p).depends) for p in archive_packages(os_name, KERNEL)}
 
 
 def test_every_ubuntu_stand_in_has_an_archive_and_debian12_none() -> None:
