@@ -29,11 +29,13 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _owner(proc_root: str, pid: str) -> str:
-    status = _read(os.path.join(proc_root, pid, "status")) or ""
+def _owner(status: str) -> str:
+    """The user name of the real uid on the ``Uid:`` line of a ``/proc/<pid>/status`` text (the uid where no
+    user has it, ``?`` where the line is missing or garbled)."""
     for line in status.splitlines():
-        if line.startswith("Uid:"):
-            uid = int(line.split()[1])
+        fields = line.split()
+        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit():
+            uid = int(fields[1])
             try:
                 import pwd
 
@@ -41,6 +43,12 @@ def _owner(proc_root: str, pid: str) -> str:
             except (ImportError, KeyError):
                 return str(uid)
     return "?"
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (control characters, such as the terminal escapes a
+    process may put in its own name or arguments) written as a ``\\xNN`` / ``\\uNNNN`` escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def ancestors(pid: int, proc_root: str = "/proc") -> list[int]:
@@ -52,7 +60,10 @@ def ancestors(pid: int, proc_root: str = "/proc") -> list[int]:
         if not stat:
             break
         # the command sits in parentheses and may hold spaces: the fields after its last ")" are fixed
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) < 2 or not fields[1].isdigit():
+            break
+        pid = int(fields[1])
     return chain
 
 
@@ -73,8 +84,9 @@ def open_files(proc_root: str = "/proc", exclude: Collection[int] = ()) -> Itera
 
 
 def command_name(proc_root: str, pid: str) -> str:
-    """The kernel's short name of process ``pid`` (``comm``), ``?`` when it cannot be read."""
-    return (_read(os.path.join(proc_root, pid, "comm")) or "?").strip()
+    """The kernel's short name of process ``pid`` (``comm``, non-printable characters escaped as
+    :func:`printable` does), ``?`` when it cannot be read."""
+    return printable((_read(os.path.join(proc_root, pid, "comm")) or "?").strip())
 
 
 def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
@@ -84,7 +96,8 @@ def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
 
     Returns:
         ``[{"pid": int, "command": str, "cmdline": str, "user": str, "devices": [str, ...]}]`` by pid;
-        ``command`` is the kernel's short name (``comm``), ``cmdline`` the arguments joined by spaces.
+        ``command`` is the kernel's short name (``comm``), ``cmdline`` the arguments joined by spaces (both with
+        non-printable characters escaped, :func:`printable`). A process that ends while it is read is not listed.
     """
     found: list[dict[str, Any]] = []
     for pid, fds in open_files(proc_root, exclude):
@@ -99,8 +112,12 @@ def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
         if not devices:
             continue
         cmdline = (_read(os.path.join(proc_root, pid, "cmdline")) or "").replace("\0", " ").strip()
-        found.append({"pid": int(pid), "command": command_name(proc_root, pid), "cmdline": cmdline,
-                      "user": _owner(proc_root, pid), "devices": sorted(devices)})
+        command = command_name(proc_root, pid)
+        status = _read(os.path.join(proc_root, pid, "status"))
+        if status is None or "\nState:\tZ" in status:  # ended meanwhile (gone, or a zombie that let go of its files)
+            continue
+        found.append({"pid": int(pid), "command": command, "cmdline": printable(cmdline), "user": _owner(status),
+                      "devices": sorted(devices)})
     return found
 
 

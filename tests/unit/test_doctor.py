@@ -292,6 +292,14 @@ def test_device_holders_scan(tmp_path: Path) -> None:
     assert holders.collect(str(tmp_path)) == [{"pid": 77, "command": "train.py", "devices": ["/dev/nvidia0"]}]
 
 
+def test_device_holders_scan_escapes_control_characters_in_names(tmp_path: Path) -> None:
+    fd = tmp_path / "78" / "fd"
+    fd.mkdir(parents=True)
+    (fd / "3").symlink_to("/dev/nvidia0")
+    (tmp_path / "78" / "comm").write_text("\x1b[31mred\n")
+    assert [h["command"] for h in holders.collect(str(tmp_path))] == ["\\x1b[31mred"]
+
+
 def test_rules_are_python38_syntax() -> None:
     import ast
 

@@ -116,3 +116,34 @@ def test_the_mig_engine_finds_what_holds_one_gpu_by_its_device_node(device: Path
     name = gpu_holders.command_name("/proc", str(holder.pid))
     assert name.startswith("python") and holders(0, dev_dir=str(device.parent)) == [f"pid {holder.pid} ({name})"]
     assert holders(1, dev_dir=str(device.parent)) == []
+
+
+def _fake_proc(root: Path, pid: int, files: dict[str, str], device: str = "/dev/nvidia0") -> None:
+    """A ``<root>/<pid>`` folder as /proc has it: an fd link to ``device`` and the text files in ``files``."""
+    (root / str(pid) / "fd").mkdir(parents=True)
+    (root / str(pid) / "fd" / "3").symlink_to(device)
+    for name, text in files.items():
+        (root / str(pid) / name).write_text(text, encoding="utf-8")
+
+
+def test_control_characters_in_a_holders_name_and_arguments_are_escaped(tmp_path: Path) -> None:
+    # a process names itself (prctl PR_SET_NAME, argv): a terminal escape must not reach the report raw
+    _fake_proc(tmp_path, 4242, {"comm": "\x1b[2Jevil\n", "cmdline": "run\0\x1b]0;title\x07\0", "status":
+                                "Name:\tevil\nState:\tS (sleeping)\nUid:\t0\t0\t0\t0\n"})
+    (entry,) = gpu_holders.device_holders(str(tmp_path))
+    assert (entry["command"], entry["cmdline"]) == ("\\x1b[2Jevil", "run \\x1b]0;title\\x07")
+    assert "\x1b" not in gpu_holders.describe(entry)
+
+
+def test_a_holder_that_ends_while_it_is_read_is_not_listed(tmp_path: Path) -> None:
+    # its fd links were read, then it exited: status is gone (or it is a zombie, which holds no file)
+    _fake_proc(tmp_path, 10, {})
+    _fake_proc(tmp_path, 11, {"comm": "zombie\n", "status": "Name:\tzombie\nState:\tZ (zombie)\nUid:\t0\t0\t0\t0\n"})
+    _fake_proc(tmp_path, 12, {"comm": "live\n", "status": "Name:\tlive\nState:\tR (running)\nUid:\tx\n"})
+    assert [(h["pid"], h["user"]) for h in gpu_holders.device_holders(str(tmp_path))] == [(12, "?")]
+
+
+def test_ancestors_stop_at_a_garbled_stat(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (truncated", encoding="utf-8")
+    assert gpu_holders.ancestors(7, str(tmp_path)) == [7]
