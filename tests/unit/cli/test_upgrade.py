@@ -38,6 +38,8 @@ hosts:
     ("--serial", "two", "not a host count or a percentage"),
     ("--max-fail", "101", "not a percentage from 0 to 100"),
     ("--max-fail", "-5%", "not a percentage from 0 to 100"),
+    ("--serial", "\u0663", "not a host count or a percentage"),  # ARABIC-INDIC DIGIT THREE: Ansible reads no count
+    ("--max-fail", "\u0663", "not a percentage from 0 to 100"),
 ])
 def test_bad_batch_options_exit_2_before_anything_runs(tmp_path: Path, option: str, value: str, says: str) -> None:
     fleet = tmp_path / "fleet.yml"
@@ -45,6 +47,28 @@ def test_bad_batch_options_exit_2_before_anything_runs(tmp_path: Path, option: s
     result = CliRunner().invoke(cli, ["upgrade", str(fleet), option, value])
     assert result.exit_code == 2
     assert says in result.output and option in result.output
+
+
+@pytest.mark.parametrize(("fleet_text", "args", "says"), [
+    (FLEET.replace("{os: debian12,", "{os: debian12, proxy: {https: {env: GPUPROV_TEST_UNSET_PROXY}},"), [],
+     "settings.proxy.https: environment variable GPUPROV_TEST_UNSET_PROXY is not set"),
+    (FLEET, ["--forks", "0"], "--forks 0: must be at least 1"),
+])
+def test_input_that_needs_no_host_exits_2_before_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], fleet_text: str,
+                                                           args: list[str], says: str) -> None:
+    from gpuprov import drift
+    from gpuprov.cli.__main__ import main
+
+    def probe(*_args: object) -> None:
+        raise AssertionError("the drift probe ran")
+
+    monkeypatch.delenv("GPUPROV_TEST_UNSET_PROXY", raising=False)
+    monkeypatch.setattr(drift, "fleet_drift", probe)
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text(fleet_text)
+    assert main(["upgrade", str(fleet), "--check", *args]) == 2
+    assert says in capsys.readouterr().err
 
 
 def test_canaries_are_a_group_of_the_rendered_inventory(tmp_path: Path) -> None:
