@@ -11,6 +11,7 @@ from functools import cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.urls import credential_params
 from pydantic import PlainValidator
 from pydantic_core import PydanticCustomError
 
@@ -114,6 +115,12 @@ def check_url(value: object) -> str:
     if parts.username is not None or parts.password is not None:
         raise fail(
             "the URL contains credentials (user:password@)",
+            "put the whole URL in an environment variable and write {env: NAME}",
+        )
+    names = credential_params(text)
+    if names:  # the names only: the values are the secret
+        raise fail(
+            f"the URL's query carries a credential ({', '.join(sorted(set(names)))}; the value is not shown)",
             "put the whole URL in an environment variable and write {env: NAME}",
         )
     return text
