@@ -25,7 +25,8 @@ STACK = ("driver", "fabric_manager", "cuda", "cudnn", "nccl", "upgrade")
 #: What each stage the upgrade play records means in the report (ansible_facts['gpuprov_upgrade'].stage).
 STAGES = {
     "planned": "stopped before any change (services started again)",
-    "stopped": "driver unloaded; the new stack did not install (services left stopped)",
+    "stopped": "driver unloaded (by this run or an unfinished earlier one); the new stack is not installed "
+               "(services left stopped)",
     "applied": "new stack installed and services started; the verify ladder failed",
     "verified": "upgraded and verified",
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,6 +22,8 @@ from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
 from gpuprov.fleet import FleetValidationError, load_fleet
 from gpuprov.render import CANARY_GROUP, inventory_files
 from gpuprov.runner import RunResult
+
+ROOT = Path(__file__).resolve().parents[3]
 
 FLEET = """\
 version: 1
@@ -146,3 +149,45 @@ def test_the_collector_keeps_the_latest_upgrade_fact() -> None:
             "host": "gpu01", "task": "Upgrade | Record the stage",
             "res": {"ansible_facts": {"gpuprov_upgrade": {"stage": stage}}}}})
     assert collector.hosts["gpu01"].upgrade == {"stage": "stopped"}
+
+
+def _always_tasks_run(stage: str, unfinished: str | None) -> tuple[list[str], dict[str, Any]]:
+    """The always tasks of playbooks/tasks/upgrade_host.yml that run for a host whose block ended at ``stage``
+    (an earlier run's marker stage ``unfinished``), by their own when conditions templated by Ansible; set_fact
+    tasks that run update the variables. Returns (task names, gpuprov_upgrade afterwards)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((ROOT / "playbooks" / "tasks" / "upgrade_host.yml").read_text(encoding="utf-8"))
+    (block,) = [t for t in tasks if "always" in t]
+    variables: dict[str, Any] = {"ansible_check_mode": False, "__upgrade_marker": "/var/lib/gpuprov/upgrade.json",
+                                 "gpuprov_upgrade": {"stage": stage, "unfinished": unfinished, "units": ["a.service"],
+                                                     "containers": [], "modules": ["nvidia"]}}
+    ran = []
+    for task in block["always"]:
+        templar = Templar(loader=DataLoader(), variables=variables)
+        when = task.get("when", "true")
+        if not templar.template(trust_as_template("{{ (" + when + ") | bool }}")):
+            continue
+        ran.append(task["name"])
+        for key, value in (task.get("ansible.builtin.set_fact") or {}).items():
+            variables[key] = templar.template(trust_as_template(value)) if isinstance(value, str) else value
+    return ran, variables["gpuprov_upgrade"]
+
+
+@pytest.mark.parametrize(("stage", "unfinished", "starts", "marker"), [
+    ("planned", None, True, "removed"),  # refused before any change: given back
+    ("planned", "stopping", True, "removed"),  # an earlier run stopped only services (interrupted before unloading)
+    ("planned", "stopped", False, "rewritten"),  # an earlier run unloaded the driver: left as it left the host
+    ("stopped", None, False, "kept"),  # this run unloaded the driver and failed
+    ("verified", "stopped", False, "removed"),  # this run finished what the earlier one left
+])
+def test_a_refused_rerun_keeps_what_an_unfinished_upgrade_left(stage: str, unfinished: str | None, starts: bool,
+                                                                marker: str) -> None:
+    ran, plan = _always_tasks_run(stage, unfinished)
+    assert any(name.startswith("Upgrade | Start the GPU services") for name in ran) == starts
+    effect = ("removed" if "Upgrade | Remove the marker" in ran
+              else "rewritten" if "Upgrade | Record the earlier stage in the marker" in ran else "kept")
+    assert effect == marker
+    if marker == "rewritten":
+        assert plan["stage"] == unfinished  # the report and the marker name the stage the host is really at
