@@ -134,35 +134,57 @@ def describe(holder: dict[str, Any]) -> str:
                                                holder["cmdline"] or holder["command"], ", ".join(holder["devices"]))
 
 
-def _alive(pid: int) -> bool:
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command (state first, start time at index 19); empty when
+    the process is gone or the file is garbled."""
+    stat = _read("/proc/%d/stat" % pid)
+    return stat.rsplit(")", 1)[-1].split() if stat and ")" in stat else []
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, ``stat`` field 22), None when it is gone: with the
+    pid, it names one process (a pid the kernel gives to a new process after the old one exited starts later)."""
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether ``pid`` still runs (a zombie has let go of its files; it only waits for its parent) and, given
+    ``started``, is still the process that started then."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    # a zombie has let go of its files; it only waits for its parent
-    stat = _read("/proc/%d/stat" % pid)
-    return not (stat and stat.rsplit(")", 1)[1].split()[0] == "Z")
+        pass
+    fields = _stat_fields(pid)
+    if not fields:
+        return False
+    if started is not None and len(fields) > 19 and fields[19] != started:
+        return False
+    return fields[0] != "Z"
 
 
 def end_processes(pids: Iterable[int], timeout_s: float = 10.0, poll_s: float = 0.1) -> tuple[list[int], list[int]]:
     """SIGTERM each of ``pids``, wait up to ``timeout_s`` seconds for them to exit, then SIGKILL the rest and
-    wait as long again. Never signals pid 1.
+    wait as long again. Never signals pid 1, and never a process that took the pid of one that exited meanwhile
+    (its start time differs).
 
     Returns:
         ``(ended, remaining)``: sorted pid lists; ``remaining`` outlived SIGKILL (uninterruptible sleep in the
         driver, or another user's process without the permission to signal it).
     """
-    pids = sorted({int(p) for p in pids if int(p) > 1})
+    started = {pid: _started(pid) for pid in sorted({int(p) for p in pids if int(p) > 1})}
+    pids = [pid for pid, start in started.items() if start is not None]  # the others have exited already
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+            if _alive(pid, started[pid]):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
         deadline = time.monotonic() + timeout_s
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(_alive(p, started[p]) for p in pids) and time.monotonic() < deadline:
             time.sleep(poll_s)
-        if not any(_alive(p) for p in pids):
+        if not any(_alive(p, started[p]) for p in pids):
             break
-    remaining = [p for p in pids if _alive(p)]
-    return [p for p in pids if p not in remaining], remaining
+    remaining = [p for p in pids if _alive(p, started[p])]
+    return [p for p in started if p not in remaining], remaining

@@ -147,3 +147,16 @@ def test_ancestors_stop_at_a_garbled_stat(tmp_path: Path) -> None:
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "stat").write_text("7 (truncated", encoding="utf-8")
     assert gpu_holders.ancestors(7, str(tmp_path)) == [7]
+
+
+def test_a_process_that_took_a_holders_pid_is_never_signalled(device: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the holder exited between the scan and the signals, and the kernel gave its pid to this process: the start
+    # time recorded for the pid is not this process's
+    other = _start(HOLD, device)
+    try:
+        monkeypatch.setattr(gpu_holders, "_started", lambda _pid: "1")
+        assert gpu_holders.end_processes([other.pid], timeout_s=0.2) == ([other.pid], [])
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
