@@ -191,3 +191,38 @@ def test_a_refused_rerun_keeps_what_an_unfinished_upgrade_left(stage: str, unfin
     assert effect == marker
     if marker == "rewritten":
         assert plan["stage"] == unfinished  # the report and the marker name the stage the host is really at
+
+
+def _fails(task_name: str, result: dict[str, Any]) -> bool:
+    """Whether the task ``task_name`` of playbooks/tasks/upgrade_host.yml fails on the item ``result``, by its own
+    failed_when (templated by Ansible, the registered variable bound to ``result``)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    def walk(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [t for task in tasks for t in [task, *walk(task.get("block", []) + task.get("always", []))]]
+
+    tasks = yaml.safe_load((ROOT / "playbooks" / "tasks" / "upgrade_host.yml").read_text(encoding="utf-8"))
+    (task,) = [t for t in walk(tasks) if t.get("name") == task_name]
+    conditions = task["failed_when"] if isinstance(task["failed_when"], list) else [task["failed_when"]]
+    templar = Templar(loader=DataLoader(), variables={task["register"]: result})
+    return all(templar.template(trust_as_template("{{ (" + c + ") | bool }}")) for c in conditions)
+
+
+@pytest.mark.parametrize("name", ["Upgrade | Stop the GPU services", "Upgrade | Start the GPU services again",
+                                  "Upgrade | Start the GPU services of a host refused before any change"])
+def test_a_unit_gone_since_an_earlier_run_does_not_fail_the_host(name: str) -> None:
+    # the marker of an unfinished run names units: one whose unit file was removed since must not fail every re-run
+    gone = {"failed": True, "msg": "Could not find the requested service nvidia-dcgm.service: host"}
+    assert not _fails(name, gone)
+    assert _fails(name, {"failed": True, "msg": "Unable to start service nvidia-dcgm.service: Job failed"})
+    assert not _fails(name, {"changed": True, "state": "started"})
+
+
+@pytest.mark.parametrize("name", ["Upgrade | Start the containers again",
+                                  "Upgrade | Start the containers of a host refused before any change"])
+def test_a_container_gone_since_an_earlier_run_does_not_fail_the_host(name: str) -> None:
+    # docker compose up recreates containers under new ids: the marker's old id is gone
+    assert not _fails(name, {"rc": 1, "stderr": "Error response from daemon: No such container: 3f2a"})
+    assert _fails(name, {"rc": 1, "stderr": "Error response from daemon: cannot start: device busy"})
+    assert not _fails(name, {"rc": 0, "stderr": ""})
