@@ -1,41 +1,19 @@
 # Copyright: gpuprov contributors
 # Apache-2.0
-"""The credentials a URL can carry, and the URL as logs and reports show it: the one copy of the rule.
+"""A URL as the roles' messages show it (the ``url_shown`` filter, plugins/filter/urls.py).
 
 A URL carries a credential in its user information (``https://user:password@host/``, or a token alone as the
-user, ``https://TOKEN@host/``) or in its query: an API token or key, or the signature of a pre-signed download
-(Amazon S3's ``X-Amz-Signature`` and ``X-Amz-Credential``, Google Cloud Storage's ``X-Goog-Signature``, an Azure
-shared access signature's ``sig``). The fleet file takes such a URL only as ``{env: NAME}`` (gpuprov/fleet/types.py),
-and the roles show it through the ``url_shown`` filter (plugins/filter/urls.py).
+user, ``https://TOKEN@host/``) or in its query (an API token, the signature of a pre-signed download). The fleet
+file takes such a URL only as ``{env: NAME}`` (gpuprov/fleet/types.py, by gpuprov/redact.py's names); a role
+cannot tell a credential from its name alone, so it hides the user information and every query value.
 """
 
 from __future__ import annotations
 
-import re
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
-
-#: Query parameter names that carry a credential (matched case-insensitively): ``token``, ``key``, ``sig``,
-#: ``signature``, ``secret``, ``password``, ``auth``, ``credential``, each alone, after ``-``, ``_`` or ``.``
-#: (``access_token``, ``api_key``) or after api, access, auth, private, secret or session (``apikey``), and the
-#: pre-signed URL parameters of S3 (``X-Amz-*``) and Google Cloud Storage (``X-Goog-*``).
-CREDENTIAL_PARAM = re.compile(
-    r"(^|[-_.]|api|access|auth|private|secret|session)(token|key|sig|signature|secret|passw(or)?d|pwd|auth"
-    r"|credentials?)$|^x-(amz|goog)-",
-    re.IGNORECASE,
-)
+from urllib.parse import urlsplit, urlunsplit
 
 #: What stands in for a hidden credential.
 HIDDEN = "***"
-
-
-def credential_params(url: str) -> list[str]:
-    """Names of the query parameters of ``url`` that carry a credential (:data:`CREDENTIAL_PARAM`), in order.
-
-    Raises:
-        ValueError: ``url`` cannot be parsed (``urllib.parse.urlsplit``).
-    """
-    query = urlsplit(url).query
-    return [name for name, _value in parse_qsl(query, keep_blank_values=True) if CREDENTIAL_PARAM.search(name)]
 
 
 def url_shown(url: str) -> str:

@@ -5,7 +5,7 @@ Ansible's templating with the collection loader (tests/unit/test_bundle.py's rol
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuprov.gpu.plugins.plugin_utils.urls import credential_params, url_shown
+from ansible_collections.gpuprov.gpu.plugins.plugin_utils.urls import url_shown
 
 from tests.unit.test_bundle import role_template
 
@@ -22,11 +22,6 @@ from tests.unit.test_bundle import role_template
 ])
 def test_the_shown_url_hides_user_information_and_query_values(url: str, shown: str) -> None:
     assert url_shown(url) == shown
-
-
-def test_credential_query_parameters_are_named() -> None:
-    url = "https://m.example.com/f?channel=stable&access_token=1&X-Goog-Signature=2&sig=3&apikey=4&monkey=5"
-    assert credential_params(url) == ["access_token", "X-Goog-Signature", "sig", "apikey"]
 
 
 @pytest.mark.parametrize(("role", "url_var", "shown_var"), [
