@@ -33,8 +33,8 @@ options:
   containers:
     description:
       - Also list the running Docker containers that use the GPUs (the C(nvidia) runtime, a C(--gpus) device
-        request or a CDI device C(nvidia.com/gpu=...)). Nothing is listed where C(docker) is not installed or
-        does not answer.
+        request, a CDI device C(nvidia.com/gpu=...) or a C(--device /dev/nvidia*)). Nothing is listed where
+        C(docker) is not installed or does not answer.
     type: bool
     default: false
   prefix:
@@ -106,10 +106,14 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import (
 
 def uses_gpus(config: dict[str, Any]) -> bool:
     """Whether a ``docker inspect`` document runs with the GPUs: the nvidia runtime, a device request for the
-    nvidia driver or the gpu capability, or a CDI device of kind nvidia.com/gpu."""
+    nvidia driver or the gpu capability, a CDI device of kind nvidia.com/gpu, or a GPU device file passed in
+    itself (``--device /dev/nvidia0``)."""
     host = config.get("HostConfig") or {}
     if host.get("Runtime") == "nvidia":
         return True
+    for device in host.get("Devices") or []:
+        if str((device or {}).get("PathOnHost") or "").startswith("/dev/nvidia"):
+            return True
     for request in host.get("DeviceRequests") or []:
         capabilities = [c for group in request.get("Capabilities") or [] for c in group]
         if request.get("Driver") == "nvidia" or "gpu" in capabilities:

@@ -90,6 +90,9 @@ def test_an_unreadable_proc_root_lists_nothing() -> None:
     ({"HostConfig": {"Runtime": "runc", "DeviceRequests": [{"Driver": "", "Count": -1,
                                                             "Capabilities": [["gpu"]]}]}}, True),
     ({"HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=all"]}]}}, True),
+    ({"HostConfig": {"Devices": [{"PathOnHost": "/dev/nvidia0", "PathInContainer": "/dev/nvidia0"},
+                                 {"PathOnHost": "/dev/nvidiactl", "PathInContainer": "/dev/nvidiactl"}]}}, True),
+    ({"HostConfig": {"Devices": [{"PathOnHost": "/dev/fuse", "PathInContainer": "/dev/fuse"}]}}, False),
     ({"HostConfig": {"Runtime": "runc", "DeviceRequests": None}}, False),
     ({}, False),
 ])
