@@ -226,3 +226,23 @@ def test_a_container_gone_since_an_earlier_run_does_not_fail_the_host(name: str)
     assert not _fails(name, {"rc": 1, "stderr": "Error response from daemon: No such container: 3f2a"})
     assert _fails(name, {"rc": 1, "stderr": "Error response from daemon: cannot start: device busy"})
     assert not _fails(name, {"rc": 0, "stderr": ""})
+
+
+@pytest.mark.parametrize(("unfinished", "stage"),
+                         [(None, "stopping"), ("stopping", "stopping"), ("stopped", "stopped")])
+def test_the_first_marker_of_a_run_keeps_an_earlier_unloaded_stage(unfinished: str | None, stage: str) -> None:
+    # interrupted right after it is written, the marker must still say the driver is unloaded
+    import json
+
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((ROOT / "playbooks" / "tasks" / "upgrade_host.yml").read_text(encoding="utf-8"))
+    (block,) = [t for t in tasks if "always" in t]
+    (task,) = [t for t in block["block"] if t["name"] == "Upgrade | Leave the marker of an upgrade under way"]
+    variables: dict[str, Any] = {"gpuprov_upgrade": {"stage": "planned", "unfinished": unfinished, "units": []}}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    variables.update({k: templar.template(trust_as_template(v)) for k, v in task.get("vars", {}).items()})
+    content = Templar(loader=DataLoader(), variables=variables).template(
+        trust_as_template(task["ansible.builtin.copy"]["content"]))
+    assert json.loads(content)["stage"] == stage
