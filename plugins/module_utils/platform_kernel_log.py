@@ -30,7 +30,9 @@ _SXID = re.compile(r"(nvidia-nvswitch[0-9]+): SXid \(PCI:([0-9a-fA-F:.]+)\): " +
 _PID = re.compile(r"\bpid=" + _NUMBER)
 _NAME = re.compile(r"\bname=([^,\s]+)")
 _BUS = r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
-_FALLEN = re.compile(r"NVRM:.*?GPU " + _BUS + r".*fallen off the bus", re.IGNORECASE)
+#: "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus." - read as "fallen off the bus" in the line, then the first
+#: "GPU <bus id>" (one pattern of both, ``.*?GPU <bus>.*fallen``, backtracks quadratically on a long line)
+_FALLEN = re.compile(r"GPU " + _BUS, re.IGNORECASE)
 _RMINIT = re.compile(r"NVRM: GPU " + _BUS + r": (?:RmInitAdapter failed|rm_init_adapter failed)", re.IGNORECASE)
 _INVALID = re.compile(r"NVRM: This PCI I/O region assigned to your NVIDIA device is invalid", re.IGNORECASE)
 _ANY_BUS = re.compile(_BUS)
@@ -57,7 +59,7 @@ def _event(line, lines, number):
         if "fallen off the bus" in line.lower():
             event["fallen_off_bus"] = True
         return event
-    fallen = _FALLEN.search(line)
+    fallen = _FALLEN.search(line) if "fallen off the bus" in line.lower() else None
     if fallen:
         return {"kind": "fallen_off_bus", "bus_id": norm_bus(fallen.group(1)), "xid": None}
     rm_init = _RMINIT.search(line)

@@ -159,3 +159,11 @@ def test_a_code_of_no_driver_number_is_no_event(line: str) -> None:
 def test_an_overlong_pid_is_not_recorded() -> None:
     events = klog.scan_kernel_log("NVRM: Xid (PCI:0000:01:00): 13, pid=" + "9" * 5000 + ", name=x")
     assert [(e["xid"], e["pids"], e["names"]) for e in events] == [(13, [], ["x"])]
+
+
+def test_a_long_line_of_gpu_bus_ids_is_read_through() -> None:
+    # "NVRM: ... GPU <bus>" repeated, no "fallen off the bus": one pattern .*?GPU <bus>.*fallen took minutes on 23 kB
+    line = "NVRM: GPU 0000:01:00.0 " * 20000
+    assert klog.scan_kernel_log(line) == []
+    events = klog.scan_kernel_log(line + "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    assert [(e["kind"], e["bus_id"]) for e in events] == [("fallen_off_bus", "0000:01:00.0")]
