@@ -275,10 +275,14 @@ def test_parse_fuser() -> None:
     text = ("                     USER        PID ACCESS COMMAND\n"
             "/dev/nvidia0:        root       4242 F...m python\n"
             "                     root       4243 F.... python3\n"
-            "/dev/nvidiactl:      root       4242 F.... python\n")
+            "/dev/nvidiactl:      root       4242 F.... python\n"
+            "/dev/nvidia1:        ml         4250 F.... Web Content\n"
+            "                     ml         4251 F.... \x1b[2Jx\n")
     assert doctor.parse_fuser(text) == [
         {"pid": 4242, "command": "python", "devices": ["/dev/nvidia0", "/dev/nvidiactl"]},
         {"pid": 4243, "command": "python3", "devices": ["/dev/nvidia0"]},
+        {"pid": 4250, "command": "Web Content", "devices": ["/dev/nvidia1"]},
+        {"pid": 4251, "command": "\\x1b[2Jx", "devices": ["/dev/nvidia1"]},
     ]
 
 
