@@ -188,3 +188,15 @@ def end_processes(pids: Iterable[int], timeout_s: float = 10.0, poll_s: float = 
             break
     remaining = [p for p in pids if _alive(p, started[p])]
     return [p for p in started if p not in remaining], remaining
+
+
+def end_holders(pids: Iterable[int], proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
+                exclude: Collection[int] = (), timeout_s: float = 10.0) -> tuple[list[int], list[dict[str, Any]]]:
+    """End ``pids`` (:func:`end_processes`), then scan again (:func:`device_holders`).
+
+    Returns:
+        ``(ended, left)``: the pids that exited, and every process holding a device file after that, including
+        one that started meanwhile (a service manager or a launcher restarting what was ended).
+    """
+    ended, _remaining = end_processes(pids, timeout_s)
+    return ended, device_holders(proc_root, prefix, exclude)

@@ -3,7 +3,9 @@ use the GPUs (a real child process holds a stand-in device file under a temporar
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -163,3 +165,35 @@ def test_a_process_that_took_a_holders_pid_is_never_signalled(device: Path, monk
     finally:
         other.kill()
         other.wait()
+
+
+# a launcher that starts the holder again whenever it exits (as a unit with Restart=always would) and prints the
+# pid of each holder once it holds the file
+RESPAWN = ("import subprocess, sys\n"
+           "while True:\n"
+           "    child = subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]], stdout=subprocess.PIPE)\n"
+           "    child.stdout.readline(); print(child.pid, flush=True); child.wait()\n")
+
+
+def test_a_holder_started_again_meanwhile_is_left_after_the_end(device: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher = subprocess.Popen([sys.executable, "-c", RESPAWN, str(device), HOLD], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None
+    pids = [int(launcher.stdout.readline())]
+    end_processes = gpu_holders.end_processes
+
+    def end_then_respawned(*args: Any, **kwargs: Any) -> tuple[list[int], list[int]]:
+        done = end_processes(*args, **kwargs)
+        pids.append(int(launcher.stdout.readline()))  # the launcher's next holder holds the file
+        return done
+
+    monkeypatch.setattr(gpu_holders, "end_processes", end_then_respawned)
+    try:
+        ended, left = gpu_holders.end_holders(pids[:1], prefix=str(device.parent / "nvidia"), timeout_s=2.0)
+        assert ended == pids[:1]
+        assert [h["pid"] for h in left] == pids[1:] and pids[1] != pids[0]
+    finally:
+        launcher.kill()
+        launcher.wait()
+        for pid in pids:  # the holders the launcher started (the first one too, where ending it failed)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
