@@ -28,6 +28,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils import kernels as kern
 from ansible_collections.gpuprov.gpu.plugins.module_utils import nvml as nvml_collector
 from ansible_collections.gpuprov.gpu.plugins.module_utils import platform_report
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_driver import SECURE_BOOT_LOG
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import printable
 
 from gpuprov import holders
 from gpuprov.exceptions import EnvironmentMissing
@@ -259,11 +260,13 @@ def doctor_play(samples: int, window_s: float) -> list[dict[str, Any]]:
     }]
 
 
-_FUSER_LINE = re.compile(r"^(?:(?P<dev>/dev/\S+):)?\s+(?P<user>\S+)\s+(?P<pid>\d+)\s+\S+\s+(?P<cmd>\S+)\s*$")
+#: a line of the ``fuser -v`` table; the command (``comm``) may hold spaces (``Web Content``)
+_FUSER_LINE = re.compile(r"^(?:(?P<dev>/dev/\S+):)?\s+(?P<user>\S+)\s+(?P<pid>[0-9]+)\s+\S+\s+(?P<cmd>\S.*?)\s*$")
 
 
 def parse_fuser(text: str) -> list[dict[str, Any]]:
-    """``fuser -v`` table (stderr) -> [{pid, command, devices}]; continuation lines inherit the device."""
+    """``fuser -v`` table (stderr) -> [{pid, command, devices}]; continuation lines inherit the device; commands
+    have control characters escaped (module_utils/gpu_holders.py ``printable``)."""
     holders: dict[int, dict[str, Any]] = {}
     device = None
     for line in text.splitlines():
@@ -272,7 +275,7 @@ def parse_fuser(text: str) -> list[dict[str, Any]]:
             continue
         device = match.group("dev") or device
         pid = int(match.group("pid"))
-        entry = holders.setdefault(pid, {"pid": pid, "command": match.group("cmd"), "devices": []})
+        entry = holders.setdefault(pid, {"pid": pid, "command": printable(match.group("cmd")), "devices": []})
         if device and device not in entry["devices"]:
             entry["devices"].append(device)
     return [holders[pid] for pid in sorted(holders)]

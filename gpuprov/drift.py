@@ -317,6 +317,10 @@ def _mig(want: dict[str, Any], nvml: dict[str, Any], instances_text: str) -> dic
     return _entry({"layout": layout, "gpus": desired}, installed, not problems, "; ".join(problems) or None)
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _upgrade(marker: Any) -> dict[str, Any]:
     """An unfinished ``gpuprov upgrade``: the marker (base64 JSON) playbooks/tasks/upgrade_host.yml leaves on a host
     from stopping its GPU services until it passed the verify ladder."""
@@ -326,7 +330,11 @@ def _upgrade(marker: Any) -> dict[str, Any]:
         state = json.loads(base64.b64decode(str(marker)))
     except (ValueError, TypeError):
         state = {}
-    stopped = ", ".join([*state.get("units", []), *(c.get("name", "?") for c in state.get("containers", []))])
+    if not isinstance(state, dict):  # a marker damaged on the host (e.g. a disk that filled up) is still unfinished
+        state = {}
+    units = [u for u in _list(state.get("units")) if isinstance(u, str)]
+    containers = [str(c.get("name", "?")) for c in _list(state.get("containers")) if isinstance(c, dict)]
+    stopped = ", ".join([*units, *containers])
     return _entry("finished", state, False, f"an upgrade stopped at stage {state.get('stage', '?')} with "
                   f"{stopped or 'nothing'} stopped: run gpuprov upgrade again to finish it")
 

@@ -231,11 +231,14 @@ def execute(options: ApplyOptions, console: Console, then: list[dict[str, Any]] 
     return code
 
 
-def run_fleet(options: ApplyOptions, console: Console, then: list[dict[str, Any]] | None = None,
-              results: TaskResults | None = None) -> tuple[int, RunResult, Fleet]:
-    """What :func:`execute` does short of explaining failures: validate, render, run, print the recap and
-    write the summary; returns the exit code, the run's result and the validated fleet. Raises as
-    :func:`execute`."""
+def check_options(options: ApplyOptions) -> tuple[Fleet, dict[str, str]]:
+    """The checks of ``options`` that need no host: the fleet file (with the files it names), ``-e``, ``--forks``,
+    the roles, every ``{env: NAME}`` secret set, ``--tags``/``--skip-tags`` and the ``--json`` path. Returns the
+    validated fleet and the extra variables (with the role variables that ``-e``'s fleet variables map onto).
+
+    Raises:
+        FleetValidationError / ConfigError: the first bad input, naming the field or option. Exit 2.
+    """
     fleet = load_fleet(options.fleet, check_files=True)
     # -e may name fleet variables (gpuprov_*): the role variables they map onto go with them
     extravars = with_role_variables(parse_extravars(options.extravars))
@@ -248,6 +251,15 @@ def run_fleet(options: ApplyOptions, console: Console, then: list[dict[str, Any]
     check_tags(options.skip_tags, "--skip-tags")
     if options.json_path is not None:
         check_output_path(options.json_path, "--json")
+    return fleet, extravars
+
+
+def run_fleet(options: ApplyOptions, console: Console, then: list[dict[str, Any]] | None = None,
+              results: TaskResults | None = None) -> tuple[int, RunResult, Fleet]:
+    """What :func:`execute` does short of explaining failures: validate, render, run, print the recap and
+    write the summary; returns the exit code, the run's result and the validated fleet. Raises as
+    :func:`execute`."""
+    fleet, extravars = check_options(options)
     run_dir = new_run_dir(state_dir(), options.playbook or "-".join(options.roles) or "site")
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 from ansible_collections.gpuprov.gpu.plugins.module_utils.doctor_workload import known_service
+from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import printable
 
 from gpuprov.proctree import command_line, is_alive, terminate
 
@@ -72,10 +73,10 @@ def _describe(pid: int, entry: dict[str, Any], mine: set[int]) -> None:
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
-            entry["command"] = proc.name()
+            entry["command"] = printable(proc.name())
             entry["user"] = proc.username()
             entry["create_time"] = proc.create_time()
-        entry["cmdline"] = command_line(proc)
+        entry["cmdline"] = printable(command_line(proc))
         pgid = os.getpgid(pid)
     except (psutil.Error, OSError):
         entry["job_ended"] = None  # ended meanwhile, or not ours to look at
@@ -95,7 +96,8 @@ def _describe(pid: int, entry: dict[str, Any], mine: set[int]) -> None:
 
 def collect(proc_root: str = "/proc", device_glob: str = DEVICE_GLOB,
             gpu_memory: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """The holders, sorted by pid: ``[{pid, command, devices}]`` read from ``proc_root``; on the live ``/proc``
+    """The holders, sorted by pid: ``[{pid, command, devices}]`` read from ``proc_root`` (names and command lines
+    with non-printable characters escaped); on the live ``/proc``
     also ``user``, ``cmdline``, ``pgid``, ``create_time`` (s since the epoch), ``allowed`` (why it holds the GPU
     by design, or None), ``job_ended`` (bool; None when the process could not be read) and ``gpu_memory_bytes``
     (from ``gpu_memory``: pid -> bytes NVML reports it using, summed over GPUs)."""
@@ -108,7 +110,7 @@ def collect(proc_root: str = "/proc", device_glob: str = DEVICE_GLOB,
         entry: dict[str, Any] = {"pid": pid, "command": "?", "devices": found.get(pid, [])}
         if not live:
             with contextlib.suppress(OSError):
-                entry["command"] = (Path(proc_root) / str(pid) / "comm").read_text(encoding="utf-8").strip()
+                entry["command"] = printable((Path(proc_root) / str(pid) / "comm").read_text(encoding="utf-8").strip())
             out.append(entry)
             continue
         if pid in memory:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from rich.table import Table
 from gpuprov.accounting import RESULT_EVENTS
 from gpuprov.exceptions import ConfigError
 from gpuprov.needs import failure_message
+from gpuprov.redact import is_secret_name, redact_credentials
 from gpuprov.runner import RunResult
 
 #: Version of the ``--json`` summary layout (documented in README.md, "Run summary (--json)").
@@ -115,16 +115,28 @@ def needs_table(result: RunResult) -> Table | None:
     return table
 
 
-#: ``-e`` keys whose values :func:`retry_command` does not print.
-_SECRET_KEY = re.compile(r"pass(word|wd)?|secret|token", re.IGNORECASE)
+def _shown_extravar(pair: str) -> str:
+    key, sep, _value = pair.partition("=")
+    return f"{key}=(hidden)" if sep and is_secret_name(key) else redact_credentials(pair) if sep else pair
+
+
+def _shown_arg(arg: str) -> str:
+    """``arg`` as :func:`retry_command` prints it: an attached extra variable (``-eKEY=VALUE``,
+    ``--extra-vars=KEY=VALUE``) shown by :func:`_shown_extravar`."""
+    for prefix in ("--extra-vars=", "-e"):
+        if arg.startswith(prefix) and len(arg) > len(prefix):
+            return prefix + _shown_extravar(arg[len(prefix):])
+    return arg
 
 
 def retry_command(argv: list[str], hosts: list[str]) -> str:
     """Return the command line that re-runs ``argv`` on ``hosts`` only.
 
-    Any ``--limit``/``-l`` in ``argv`` is replaced; ``argv`` starts after the program name. An ``-e KEY=VALUE``
-    whose key names a secret (password, passwd, secret, token) is shown as ``KEY=(hidden)``: the recap is
-    printed and often kept in CI logs; give such values as ``{env: NAME}`` in the fleet file instead.
+    Any ``--limit``/``-l`` in ``argv`` is replaced; ``argv`` starts after the program name. An extra variable
+    (``-e KEY=VALUE``, ``-eKEY=VALUE``, ``--extra-vars=KEY=VALUE``) whose key names a secret
+    (:func:`gpuprov.redact.is_secret_name`: password, token, secret, key, ...) is shown as ``KEY=(hidden)``, and
+    a URL's password or credential query value in any other is ``***`` (:func:`gpuprov.redact.redact_credentials`):
+    the recap is printed and often kept in CI logs; give such values as ``{env: NAME}`` in the fleet file instead.
     """
     kept: list[str] = []
     skip = False
@@ -135,8 +147,7 @@ def retry_command(argv: list[str], hosts: list[str]) -> str:
             continue
         if extra:
             extra = False
-            key, sep, _value = arg.partition("=")
-            kept.append(f"{key}=(hidden)" if sep and _SECRET_KEY.search(key) else arg)
+            kept.append(_shown_extravar(arg))
             continue
         if arg in ("-e", "--extra-vars"):
             extra = True
@@ -145,7 +156,7 @@ def retry_command(argv: list[str], hosts: list[str]) -> str:
             continue
         if arg.startswith("--limit="):
             continue
-        kept.append(arg)
+        kept.append(_shown_arg(arg))
     return shlex.join(["gpuprov", *kept, "--limit", ",".join(hosts)])
 
 

@@ -28,9 +28,12 @@ _SPACE = re.compile(r"\s")
 
 #: ``?name=value`` / ``&name=value`` / ``;name=value``; the name is decoded before it is judged.
 _QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.%-]+)=([^&;#\s]*)")
-#: Parameter names that carry a credential: passwords, tokens, secrets and keys, in any spelling around them
-#: (``password``, ``sslpassword``, ``api-key``, ``access_token``, ``client_secret``).
-_SECRET_NAME = re.compile(r"pass|pwd|token|secret|(?:^|[-_.])key$|apikey|auth", re.IGNORECASE)
+#: Parameter names that carry a credential: passwords, tokens, secrets, keys and the signatures and credentials
+#: of pre-signed URLs, in any spelling around them (``password``, ``sslpassword``, ``api-key``, ``access_token``,
+#: ``client_secret``, Amazon S3's ``X-Amz-Signature`` and ``X-Amz-Credential``, an Azure shared access
+#: signature's ``sig``).
+_SECRET_NAME = re.compile(r"pass|pwd|token|secret|signature|credential|(?:^|[-_.])(?:key|sig)$|apikey|auth",
+                          re.IGNORECASE)
 
 
 def _userinfo_end(text: str, start: int, quote: str) -> tuple[int, int] | None:
@@ -86,9 +89,23 @@ def escape_userinfo(url: str) -> str:
 
 def _redact_query(match: re.Match[str]) -> str:
     separator, name, value = match.groups()
-    if value and _SECRET_NAME.search(unquote(name)):
+    if value and is_secret_name(name):
         return f"{separator}{name}=***"
     return match.group(0)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter or variable called ``name`` (percent-encoded or not) holds a credential: a password,
+    token, secret, key, signature or credential, in any spelling around it (``ansible_become_password``,
+    ``api_token``, ``X-Amz-Signature``)."""
+    return bool(_SECRET_NAME.search(unquote(name)))
+
+
+def secret_query_names(url: str) -> list[str]:
+    """Names of the query parameters of ``url`` that carry a credential (with a value), in order, as written."""
+    query = url.split("?", 1)[1] if "?" in url else ""
+    return [name for _sep, name, value in _QUERY_PARAM.findall("?" + query)
+            if value and is_secret_name(name)]
 
 
 def redact_credentials(text: str) -> str:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from gpuprov.cli import output
 from gpuprov.cli.options import invocation_argv, limit_option, run_extravars
-from gpuprov.engine import ApplyOptions, check_output_path, run_fleet
+from gpuprov.engine import ApplyOptions, check_options, run_fleet
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED
 from gpuprov.recap import retry_command
 from gpuprov.runner import RunResult
@@ -25,7 +25,8 @@ STACK = ("driver", "fabric_manager", "cuda", "cudnn", "nccl", "upgrade")
 #: What each stage the upgrade play records means in the report (ansible_facts['gpuprov_upgrade'].stage).
 STAGES = {
     "planned": "stopped before any change (services started again)",
-    "stopped": "driver unloaded; the new stack did not install (services left stopped)",
+    "stopped": "driver unloaded (by this run or an unfinished earlier one); the new stack is not installed "
+               "(services left stopped)",
     "applied": "new stack installed and services started; the verify ladder failed",
     "verified": "upgraded and verified",
 }
@@ -33,15 +34,15 @@ STAGES = {
 
 def _serial(_ctx: click.Context, param: click.Parameter, value: str) -> str:
     """Ansible's ``serial``: a host count (``2``) or a percentage of the hosts (``25%``)."""
-    match = re.fullmatch(r"\s*(\d+)\s*(%?)\s*", value)
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*(%?)\s*", value)
     if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(1)) > 100):
         raise click.BadParameter(f"{value!r} is not a host count or a percentage - write e.g. 1, 4 or 25%",
                                  param=param)
-    return match.group(1) + match.group(2)
+    return str(int(match.group(1))) + match.group(2)
 
 
 def _percent(_ctx: click.Context, param: click.Parameter, value: str) -> int:
-    match = re.fullmatch(r"\s*(\d+)\s*%?\s*", value)
+    match = re.fullmatch(r"\s*([0-9]{1,3})\s*%?\s*", value)
     if not match or int(match.group(1)) > 100:
         raise click.BadParameter(f"{value!r} is not a percentage from 0 to 100 - write e.g. 0 or 25%", param=param)
     return int(match.group(1))
@@ -83,8 +84,9 @@ def command(fleet: Path, serial: str, max_fail: int, kill_holders: bool, check: 
 
     console = output.console(highlight=False)
     pairs = run_extravars(extravars, allow_branch_change=True)
-    if json_path is not None:
-        check_output_path(json_path, "--json")
+    # what needs no host is checked before the probe reaches the hosts (an unset {env: NAME}, --forks 0)
+    check_options(ApplyOptions(fleet=fleet, limit=limit, extravars=pairs, forks=forks, json_path=json_path,
+                               playbook="upgrade"))
     probe = drift.fleet_drift(fleet, limit, parse_extravars(extravars))
     plan = {host: [c for c in STACK if not comps[c]["in_sync"]] for host, comps in probe.hosts.items()}
     for host, components in plan.items():

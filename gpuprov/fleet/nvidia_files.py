@@ -89,7 +89,8 @@ def _check_archive(ctx: HostCheck, cudnn: dict[str, Any], cuda: str | None) -> N
         return
     match = CUDNN_ARCHIVE_NAME.match(name)
     if match is None:
-        ctx.fail(("cudnn", "archive_url"), f"{name} is not named like NVIDIA's cuDNN archive, so the CUDA major it "
+        shown = f"{name} is not named" if name.strip(".") else "the URL does not end in a file named"
+        ctx.fail(("cudnn", "archive_url"), f"{shown} like NVIDIA's cuDNN archive, so the CUDA major it "
                  "is built for is unknown", "keep NVIDIA's file name "
                  "cudnn-linux-x86_64-<version>_cuda<major>-archive.tar.xz on your mirror")
         return

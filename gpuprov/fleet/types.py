@@ -15,6 +15,7 @@ from pydantic import PlainValidator
 from pydantic_core import PydanticCustomError
 
 from gpuprov.fleet.errors import suggest_fix
+from gpuprov.redact import secret_query_names
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -114,6 +115,12 @@ def check_url(value: object) -> str:
     if parts.username is not None or parts.password is not None:
         raise fail(
             "the URL contains credentials (user:password@)",
+            "put the whole URL in an environment variable and write {env: NAME}",
+        )
+    names = secret_query_names(text)
+    if names:  # the names only: the values are the secret
+        raise fail(
+            f"the URL's query carries a credential ({', '.join(sorted(set(names)))}; the value is not shown)",
             "put the whole URL in an environment variable and write {env: NAME}",
         )
     return text

@@ -29,11 +29,13 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _owner(proc_root: str, pid: str) -> str:
-    status = _read(os.path.join(proc_root, pid, "status")) or ""
+def _owner(status: str) -> str:
+    """The user name of the real uid on the ``Uid:`` line of a ``/proc/<pid>/status`` text (the uid where no
+    user has it, ``?`` where the line is missing or garbled)."""
     for line in status.splitlines():
-        if line.startswith("Uid:"):
-            uid = int(line.split()[1])
+        fields = line.split()
+        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit():
+            uid = int(fields[1])
             try:
                 import pwd
 
@@ -41,6 +43,12 @@ def _owner(proc_root: str, pid: str) -> str:
             except (ImportError, KeyError):
                 return str(uid)
     return "?"
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (control characters, such as the terminal escapes a
+    process may put in its own name or arguments) written as a ``\\xNN`` / ``\\uNNNN`` escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def ancestors(pid: int, proc_root: str = "/proc") -> list[int]:
@@ -52,7 +60,10 @@ def ancestors(pid: int, proc_root: str = "/proc") -> list[int]:
         if not stat:
             break
         # the command sits in parentheses and may hold spaces: the fields after its last ")" are fixed
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) < 2 or not fields[1].isdigit():
+            break
+        pid = int(fields[1])
     return chain
 
 
@@ -73,8 +84,9 @@ def open_files(proc_root: str = "/proc", exclude: Collection[int] = ()) -> Itera
 
 
 def command_name(proc_root: str, pid: str) -> str:
-    """The kernel's short name of process ``pid`` (``comm``), ``?`` when it cannot be read."""
-    return (_read(os.path.join(proc_root, pid, "comm")) or "?").strip()
+    """The kernel's short name of process ``pid`` (``comm``, non-printable characters escaped as
+    :func:`printable` does), ``?`` when it cannot be read."""
+    return printable((_read(os.path.join(proc_root, pid, "comm")) or "?").strip())
 
 
 def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
@@ -84,7 +96,8 @@ def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
 
     Returns:
         ``[{"pid": int, "command": str, "cmdline": str, "user": str, "devices": [str, ...]}]`` by pid;
-        ``command`` is the kernel's short name (``comm``), ``cmdline`` the arguments joined by spaces.
+        ``command`` is the kernel's short name (``comm``), ``cmdline`` the arguments joined by spaces (both with
+        non-printable characters escaped, :func:`printable`). A process that ends while it is read is not listed.
     """
     found: list[dict[str, Any]] = []
     for pid, fds in open_files(proc_root, exclude):
@@ -99,8 +112,12 @@ def device_holders(proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
         if not devices:
             continue
         cmdline = (_read(os.path.join(proc_root, pid, "cmdline")) or "").replace("\0", " ").strip()
-        found.append({"pid": int(pid), "command": command_name(proc_root, pid), "cmdline": cmdline,
-                      "user": _owner(proc_root, pid), "devices": sorted(devices)})
+        command = command_name(proc_root, pid)
+        status = _read(os.path.join(proc_root, pid, "status"))
+        if status is None or "\nState:\tZ" in status:  # ended meanwhile (gone, or a zombie that let go of its files)
+            continue
+        found.append({"pid": int(pid), "command": command, "cmdline": printable(cmdline), "user": _owner(status),
+                      "devices": sorted(devices)})
     return found
 
 
@@ -117,35 +134,69 @@ def describe(holder: dict[str, Any]) -> str:
                                                holder["cmdline"] or holder["command"], ", ".join(holder["devices"]))
 
 
-def _alive(pid: int) -> bool:
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command (state first, start time at index 19); empty when
+    the process is gone or the file is garbled."""
+    stat = _read("/proc/%d/stat" % pid)
+    return stat.rsplit(")", 1)[-1].split() if stat and ")" in stat else []
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, ``stat`` field 22), None when it is gone: with the
+    pid, it names one process (a pid the kernel gives to a new process after the old one exited starts later)."""
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether ``pid`` still runs (a zombie has let go of its files; it only waits for its parent) and, given
+    ``started``, is still the process that started then."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    # a zombie has let go of its files; it only waits for its parent
-    stat = _read("/proc/%d/stat" % pid)
-    return not (stat and stat.rsplit(")", 1)[1].split()[0] == "Z")
+        pass
+    fields = _stat_fields(pid)
+    if not fields:
+        return False
+    if started is not None and len(fields) > 19 and fields[19] != started:
+        return False
+    return fields[0] != "Z"
 
 
 def end_processes(pids: Iterable[int], timeout_s: float = 10.0, poll_s: float = 0.1) -> tuple[list[int], list[int]]:
     """SIGTERM each of ``pids``, wait up to ``timeout_s`` seconds for them to exit, then SIGKILL the rest and
-    wait as long again. Never signals pid 1.
+    wait as long again. Never signals pid 1, and never a process that took the pid of one that exited meanwhile
+    (its start time differs).
 
     Returns:
         ``(ended, remaining)``: sorted pid lists; ``remaining`` outlived SIGKILL (uninterruptible sleep in the
         driver, or another user's process without the permission to signal it).
     """
-    pids = sorted({int(p) for p in pids if int(p) > 1})
+    started = {pid: _started(pid) for pid in sorted({int(p) for p in pids if int(p) > 1})}
+    pids = [pid for pid, start in started.items() if start is not None]  # the others have exited already
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+            if _alive(pid, started[pid]):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
         deadline = time.monotonic() + timeout_s
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(_alive(p, started[p]) for p in pids) and time.monotonic() < deadline:
             time.sleep(poll_s)
-        if not any(_alive(p) for p in pids):
+        if not any(_alive(p, started[p]) for p in pids):
             break
-    remaining = [p for p in pids if _alive(p)]
-    return [p for p in pids if p not in remaining], remaining
+    remaining = [p for p in pids if _alive(p, started[p])]
+    return [p for p in started if p not in remaining], remaining
+
+
+def end_holders(pids: Iterable[int], proc_root: str = "/proc", prefix: str = DEVICE_PREFIX,
+                exclude: Collection[int] = (), timeout_s: float = 10.0) -> tuple[list[int], list[dict[str, Any]]]:
+    """End ``pids`` (:func:`end_processes`), then scan again (:func:`device_holders`).
+
+    Returns:
+        ``(ended, left)``: the pids that exited, and every process holding a device file after that, including
+        one that started meanwhile (a service manager or a launcher restarting what was ended).
+    """
+    ended, _remaining = end_processes(pids, timeout_s)
+    return ended, device_holders(proc_root, prefix, exclude)

@@ -19,14 +19,20 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.xid import classify, c
 
 MAX_LOG_EVENTS = 200
 
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.([0-7]))?\): (\d+)")
+#: A number the driver prints (a code, a pid): ASCII digits only (``\d`` also takes other scripts' digits), at most
+#: 10 (a longer run is no number the driver prints, and int() refuses more than 4300 digits).
+_NUMBER = r"([0-9]{1,10})(?![0-9])"
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.([0-7]))?\): " + _NUMBER)
 #: "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ..." (the event's first line; the
 #: "Severity N Engine instance" and "Data {...}" lines after it repeat the code and are not counted again)
-_SXID = re.compile(r"(nvidia-nvswitch\d+): SXid \(PCI:([0-9a-fA-F:.]+)\): (\d+), (Fatal|Non-fatal)\b", re.IGNORECASE)
-_PID = re.compile(r"\bpid=(\d+)")
+_SXID = re.compile(r"(nvidia-nvswitch[0-9]+): SXid \(PCI:([0-9a-fA-F:.]+)\): " + _NUMBER + r", (Fatal|Non-fatal)\b",
+                   re.IGNORECASE)
+_PID = re.compile(r"\bpid=" + _NUMBER)
 _NAME = re.compile(r"\bname=([^,\s]+)")
 _BUS = r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
-_FALLEN = re.compile(r"NVRM:.*?GPU " + _BUS + r".*fallen off the bus", re.IGNORECASE)
+#: "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus." - read as "fallen off the bus" in the line, then the first
+#: "GPU <bus id>" (one pattern of both, ``.*?GPU <bus>.*fallen``, backtracks quadratically on a long line)
+_FALLEN = re.compile(r"GPU " + _BUS, re.IGNORECASE)
 _RMINIT = re.compile(r"NVRM: GPU " + _BUS + r": (?:RmInitAdapter failed|rm_init_adapter failed)", re.IGNORECASE)
 _INVALID = re.compile(r"NVRM: This PCI I/O region assigned to your NVIDIA device is invalid", re.IGNORECASE)
 _ANY_BUS = re.compile(_BUS)
@@ -38,10 +44,8 @@ _JOURNAL_DENIED = re.compile(r"not seeing messages from other users|insufficient
 
 def _event(line, lines, number):
     """The event one kernel-log line reports, or None."""
-    if "SXid" in line:
-        sxid = _SXID.search(line)
-        if not sxid:
-            return None
+    sxid = _SXID.search(line) if "SXid" in line else None
+    if sxid:
         fatal = sxid.group(4).lower() == "fatal"
         return {"kind": "sxid", "bus_id": norm_bus(sxid.group(2)), "device": sxid.group(1), "xid": None,
                 "sxid": int(sxid.group(3)), "fatal": fatal, "class": classify_sxid(fatal)}
@@ -55,7 +59,7 @@ def _event(line, lines, number):
         if "fallen off the bus" in line.lower():
             event["fallen_off_bus"] = True
         return event
-    fallen = _FALLEN.search(line)
+    fallen = _FALLEN.search(line) if "fallen off the bus" in line.lower() else None
     if fallen:
         return {"kind": "fallen_off_bus", "bus_id": norm_bus(fallen.group(1)), "xid": None}
     rm_init = _RMINIT.search(line)

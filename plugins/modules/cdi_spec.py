@@ -118,6 +118,14 @@ def read_record(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def recorded_target(record: dict[str, Any], path: str, method: str) -> tuple[str, str]:
+    """The specification path and generation method ``record`` names, each where it is one the module could
+    have written (an absolute path; ``generate`` or ``refresh-unit``), else ``path`` / ``method``."""
+    recorded_path, recorded_method = record.get("path"), record.get("method")
+    return (recorded_path if isinstance(recorded_path, str) and recorded_path.startswith("/") else path,
+            recorded_method if recorded_method in ("generate", "refresh-unit") else method)
+
+
 def write_record(module: AnsibleModule, path: str, data: dict[str, Any]) -> None:
     """Write ``data`` as JSON to ``path`` atomically (directory created 0755)."""
     directory = os.path.dirname(path)
@@ -169,7 +177,7 @@ def main() -> None:
     record = read_record(params["record"])
     path, method = params["path"], params["method"]
     if params["follow_record"] and record:
-        path, method = record.get("path", path), record.get("method", method)
+        path, method = recorded_target(record, path, method)
     result: dict[str, Any] = {"changed": False, "path": path, "method": method, "reason": "", "deferred": ""}
     if params["follow_record"] and not record:
         module.exit_json(**dict(result, deferred="no CDI generation is recorded in %s" % params["record"]))

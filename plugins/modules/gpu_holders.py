@@ -33,8 +33,8 @@ options:
   containers:
     description:
       - Also list the running Docker containers that use the GPUs (the C(nvidia) runtime, a C(--gpus) device
-        request or a CDI device C(nvidia.com/gpu=...)). Nothing is listed where C(docker) is not installed or
-        does not answer.
+        request, a CDI device C(nvidia.com/gpu=...) or a C(--device /dev/nvidia*)). Nothing is listed where
+        C(docker) is not installed or does not answer.
     type: bool
     default: false
   prefix:
@@ -84,7 +84,8 @@ containers:
   elements: dict
   sample: [{id: 3f2a..., name: trainer, image: nvcr.io/nvidia/pytorch:25.01-py3}]
 remaining:
-  description: Pids still holding a device file after this module ran.
+  description: Pids holding a device file after this module ran (with O(end), from a second scan, so a process
+    started meanwhile is among them).
   returned: always
   type: list
   elements: int
@@ -99,17 +100,21 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.gpu_holders import (
     ancestors,
     describe,
     device_holders,
-    end_processes,
+    end_holders,
     loaded_modules,
 )
 
 
 def uses_gpus(config: dict[str, Any]) -> bool:
     """Whether a ``docker inspect`` document runs with the GPUs: the nvidia runtime, a device request for the
-    nvidia driver or the gpu capability, or a CDI device of kind nvidia.com/gpu."""
+    nvidia driver or the gpu capability, a CDI device of kind nvidia.com/gpu, or a GPU device file passed in
+    itself (``--device /dev/nvidia0``)."""
     host = config.get("HostConfig") or {}
     if host.get("Runtime") == "nvidia":
         return True
+    for device in host.get("Devices") or []:
+        if str((device or {}).get("PathOnHost") or "").startswith("/dev/nvidia"):
+            return True
     for request in host.get("DeviceRequests") or []:
         capabilities = [c for group in request.get("Capabilities") or [] for c in group]
         if request.get("Driver") == "nvidia" or "gpu" in capabilities:
@@ -154,17 +159,24 @@ def main() -> None:
     holders = device_holders(p["proc_root"], p["prefix"], exclude)
     pids = [h["pid"] for h in holders]
     ended: list[int] = []
-    remaining: list[int] = pids
+    left = holders
     if p["end"] and pids and not module.check_mode:
-        ended, remaining = end_processes(pids, p["timeout_s"])
+        ended, left = end_holders(pids, p["proc_root"], p["prefix"], exclude, p["timeout_s"])
+    remaining = [h["pid"] for h in left]
     result = {"changed": bool(ended) or (p["end"] and bool(pids) and module.check_mode),
               "holders": holders, "ended": ended, "remaining": remaining,
               "modules": loaded_modules(p["proc_root"]),
               "containers": gpu_containers(module) if p["containers"] else []}
     if p["fail_on_holders"] and remaining and not (p["end"] and module.check_mode):
-        left = [describe(h) for h in holders if h["pid"] in remaining]
-        module.fail_json(msg="%d process(es) hold the GPU device files: %s - stop them, or let gpuprov end them "
-                             "(gpuprov upgrade --kill-holders)" % (len(left), "; ".join(left)), **result)
+        named = "; ".join(describe(h) for h in left)
+        if p["end"]:
+            msg = ("%d process(es) hold the GPU device files after SIGTERM and SIGKILL: %s - each outlived them (in "
+                   "the driver, or not ours to signal) or started meanwhile: stop the unit or launcher that restarts "
+                   "it" % (len(left), named))
+        else:
+            msg = ("%d process(es) hold the GPU device files: %s - stop them, or let gpuprov end them (gpuprov "
+                   "upgrade --kill-holders)" % (len(left), named))
+        module.fail_json(msg=msg, **result)
     module.exit_json(**result)
 
 

@@ -275,10 +275,14 @@ def test_parse_fuser() -> None:
     text = ("                     USER        PID ACCESS COMMAND\n"
             "/dev/nvidia0:        root       4242 F...m python\n"
             "                     root       4243 F.... python3\n"
-            "/dev/nvidiactl:      root       4242 F.... python\n")
+            "/dev/nvidiactl:      root       4242 F.... python\n"
+            "/dev/nvidia1:        ml         4250 F.... Web Content\n"
+            "                     ml         4251 F.... \x1b[2Jx\n")
     assert doctor.parse_fuser(text) == [
         {"pid": 4242, "command": "python", "devices": ["/dev/nvidia0", "/dev/nvidiactl"]},
         {"pid": 4243, "command": "python3", "devices": ["/dev/nvidia0"]},
+        {"pid": 4250, "command": "Web Content", "devices": ["/dev/nvidia1"]},
+        {"pid": 4251, "command": "\\x1b[2Jx", "devices": ["/dev/nvidia1"]},
     ]
 
 
@@ -290,6 +294,14 @@ def test_device_holders_scan(tmp_path: Path) -> None:
     (tmp_path / "77" / "comm").write_text("train.py\n")
     (tmp_path / "self").mkdir()
     assert holders.collect(str(tmp_path)) == [{"pid": 77, "command": "train.py", "devices": ["/dev/nvidia0"]}]
+
+
+def test_device_holders_scan_escapes_control_characters_in_names(tmp_path: Path) -> None:
+    fd = tmp_path / "78" / "fd"
+    fd.mkdir(parents=True)
+    (fd / "3").symlink_to("/dev/nvidia0")
+    (tmp_path / "78" / "comm").write_text("\x1b[31mred\n")
+    assert [h["command"] for h in holders.collect(str(tmp_path))] == ["\\x1b[31mred"]
 
 
 def test_rules_are_python38_syntax() -> None:

@@ -392,3 +392,15 @@ def test_an_unfinished_upgrade_is_drift_naming_what_it_left_stopped() -> None:
     assert entry["in_sync"] is False and entry["installed"] == marker
     assert "stage stopped with nvidia-dcgm.service, trainer stopped" in entry["note"]
     assert compare({"desired": {}, "installed": {}})["upgrade"]["in_sync"] is True
+
+
+@pytest.mark.parametrize("content", [b"[]", b'"stopped"', b'{"units": "nvidia-dcgm.service", "containers": ["x", 1]}',
+                                     b"{truncated"])
+def test_a_damaged_upgrade_marker_is_still_an_unfinished_upgrade(content: bytes) -> None:
+    import base64
+
+    from gpuprov.drift import compare
+
+    entry = compare({"desired": {}, "installed": {"upgrade_marker": base64.b64encode(content).decode()}})["upgrade"]
+    assert entry["in_sync"] is False
+    assert "with nothing stopped: run gpuprov upgrade again" in entry["note"]

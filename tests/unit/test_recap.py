@@ -62,3 +62,12 @@ def test_retry_command_hides_secret_extra_vars() -> None:
     assert "LEAKME" not in cmd and "T0K" not in cmd
     assert "ansible_become_password=(hidden)" in cmd and "api_token=(hidden)" in cmd
     assert "verify_expected_gpu_count=8" in cmd and cmd.endswith("--limit b")
+
+
+def test_retry_command_hides_secrets_in_every_extra_vars_form() -> None:
+    argv = ["upgrade", "f.yml", "--extra-vars=ansible_become_password=LEAK1", "-eapi_token=LEAK2", "-e",
+            "gpuprov_proxy_https=https://u:LEAK3@proxy:3128", "-e", "mirror_key=LEAK4", "-e", "x=https://m/f?sig=LEAK5"]
+    cmd = retry_command(argv, ["b"])
+    assert "LEAK" not in cmd
+    assert shlex.split(cmd)[3:7] == ["--extra-vars=ansible_become_password=(hidden)", "-eapi_token=(hidden)", "-e",
+                                     "gpuprov_proxy_https=https://u:***@proxy:3128"]

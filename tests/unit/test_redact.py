@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gpuprov import mirrorfetch
 from gpuprov.cli.__main__ import main
 from gpuprov.exceptions import EnvironmentMissing
-from gpuprov.redact import escape_userinfo, redact_credentials
+from gpuprov.redact import escape_userinfo, redact_credentials, secret_query_names
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -41,6 +41,10 @@ from gpuprov.redact import escape_userinfo, redact_credentials
     ("redis://q/0?pass%77ord=SECRET", "redis://q/0?pass%77ord=***"),
     ("x?api-key=K1&access-token=K2&client_secret=K3;sslpassword=K4&keyboard=ok&monkey=ok",
      "x?api-key=***&access-token=***&client_secret=***;sslpassword=***&keyboard=ok&monkey=ok"),
+    # the signatures and credentials of pre-signed URLs (S3, Azure shared access signatures)
+    ("https://b.s3.example/f.run?X-Amz-Credential=AK&X-Amz-Signature=S1&X-Amz-Expires=60",
+     "https://b.s3.example/f.run?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60"),
+    ("https://a.blob.example/f.run?sv=2024&sig=S2&design=ok", "https://a.blob.example/f.run?sv=2024&sig=***&design=ok"),
     # nothing to hide
     ("ssh://admin@host:22", "ssh://admin@host:22"),
     ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
@@ -48,6 +52,12 @@ from gpuprov.redact import escape_userinfo, redact_credentials
 ])
 def test_redacts(text: str, expected: str) -> None:
     assert redact_credentials(text) == expected
+
+
+def test_secret_query_names_are_those_redacted() -> None:
+    url = "https://m/f?channel=stable&access_token=1&X-Goog-Signature=2&sig=3&apikey=4&monkey=5&token="
+    assert secret_query_names(url) == ["access_token", "X-Goog-Signature", "sig", "apikey"]
+    assert secret_query_names("https://m/f.run") == []
 
 
 #: What an admin may paste into a password: any printable character but whitespace.

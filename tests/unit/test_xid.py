@@ -139,3 +139,31 @@ def test_catalogue_rows_are_consistent() -> None:
         assert name.isupper() and immediate and investigate in xid.INVESTIGATE, code
         assert klass is None or klass in xid.CLASSES, code
     assert set(xid.NEEDS_ADMIN) == {"reset_gpu", "reboot", "contact_support", "reset_fabric"}
+
+
+def test_an_xid_line_naming_a_process_called_sxid_is_still_an_xid() -> None:
+    events = klog.scan_kernel_log("NVRM: Xid (PCI:0000:01:00): 13, pid=123, name=SXid_bench, Graphics Exception")
+    assert [(e["kind"], e["xid"], e["class"], e["pids"], e["names"]) for e in events] == [
+        ("xid", 13, "application", [123], ["SXid_bench"])]
+
+
+@pytest.mark.parametrize("line", [
+    "NVRM: Xid (PCI:0000:01:00): " + "9" * 5000 + ", pid=1",
+    "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): " + "1" * 5000 + ", Fatal, Link 32",
+    "NVRM: Xid (PCI:0000:01:00): \u0663, pid=1",  # ARABIC-INDIC DIGIT THREE: no code the driver prints
+])
+def test_a_code_of_no_driver_number_is_no_event(line: str) -> None:
+    assert klog.scan_kernel_log(line) == []
+
+
+def test_an_overlong_pid_is_not_recorded() -> None:
+    events = klog.scan_kernel_log("NVRM: Xid (PCI:0000:01:00): 13, pid=" + "9" * 5000 + ", name=x")
+    assert [(e["xid"], e["pids"], e["names"]) for e in events] == [(13, [], ["x"])]
+
+
+def test_a_long_line_of_gpu_bus_ids_is_read_through() -> None:
+    # "NVRM: ... GPU <bus>" repeated, no "fallen off the bus": one pattern .*?GPU <bus>.*fallen took minutes on 23 kB
+    line = "NVRM: GPU 0000:01:00.0 " * 20000
+    assert klog.scan_kernel_log(line) == []
+    events = klog.scan_kernel_log(line + "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    assert [(e["kind"], e["bus_id"]) for e in events] == [("fallen_off_bus", "0000:01:00.0")]

@@ -104,12 +104,23 @@ def test_runfile_url_from_the_environment_validates() -> None:
     ("https://user:secret@mirror.example.com/d.run", "credentials"),
     ("file://server/share/d.run", "absolute path"),
     ("$RUNFILE_URL", "does not expand"),
+    ("https://secret@mirror.example.com/d.run", "credentials"),  # a token alone as the user
+    ("https://mirror.example.com/d.run?access_token=secret", "query carries a credential (access_token"),
+    ("https://mirror.example.com/d.run?X-Amz-Credential=secret&X-Amz-Signature=secret", "X-Amz-Signature"),
+    ("https://mirror.example.com/d.run?sv=2024&sig=secret", "query carries a credential (sig;"),
 ])
 def test_bad_runfile_url_names_the_field_and_hides_the_value(url: str, words: str) -> None:
     message = _problems(f'{{method: runfile, version: "580.105.08", runfile_url: "{url}", runfile_sha256: {SHA}}}')[
         "settings.driver.runfile_url"]
     assert words in message
     assert "secret" not in message and "server" not in message
+
+
+def test_a_query_without_a_credential_is_kept() -> None:
+    url = "https://mirror.example.com/d.run?channel=stable"
+    fleet = _validate("ubuntu2204", f'{{method: runfile, version: "580.105.08", runfile_url: "{url}", '
+                                    f"runfile_sha256: {SHA}}}")
+    assert fleet.hosts["gpu01"].settings["driver"]["runfile_url"] == url
 
 
 def test_runfile_sha256_must_be_64_hex_digits() -> None:

@@ -102,6 +102,11 @@ def test_archive_not_named_as_nvidia_names_it_is_refused() -> None:
     assert "cudnn-linux-x86_64-<version>_cuda<major>-archive.tar.xz" in text
 
 
+def test_archive_url_of_no_file_says_so() -> None:
+    problems = _problems(_runfile(), _archive(archive_url="https://mirror.example.com/cudnn/"))
+    assert "the URL does not end in a file named like NVIDIA's cuDNN archive" in problems["settings.cudnn.archive_url"]
+
+
 def test_file_settings_without_their_method_are_refused() -> None:
     problems = _problems({"version": "12.8", "runfile_url": RUNFILE}, {"version": "9.10.2", "archive_sha256": SHA})
     assert "cuda.runfile_url is set but cuda.method is cuda-repo" in problems["settings.cuda.runfile_url"]

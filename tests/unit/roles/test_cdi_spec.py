@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from ansible_collections.gpuprov.gpu.plugins.module_utils import cdi
+from ansible_collections.gpuprov.gpu.plugins.modules.cdi_spec import recorded_target
 
 from gpuprov.lab.standin import ctk_cdi
 
@@ -180,3 +181,11 @@ def test_cdi_engine_states_filter() -> None:
     assert cdi_engine_states([]) == {}
     with pytest.raises(AnsibleFilterError, match="got 'podman'"):
         cdi_engine_states([{"item": "podman", "rc": 0}])
+
+
+def test_a_damaged_record_falls_back_to_the_given_path_and_method() -> None:
+    given = ("/etc/cdi/nvidia.yaml", "generate")
+    assert recorded_target({"path": "/var/run/cdi/nvidia.yaml", "method": "refresh-unit"}, *given) == (
+        "/var/run/cdi/nvidia.yaml", "refresh-unit")
+    for damaged in ({"path": None, "method": 3}, {"path": "relative.yaml", "method": "rm -rf"}, {"path": ["/x"]}):
+        assert recorded_target(damaged, *given) == given

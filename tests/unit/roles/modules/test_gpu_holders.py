@@ -3,7 +3,9 @@ use the GPUs (a real child process holds a stand-in device file under a temporar
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -90,6 +92,9 @@ def test_an_unreadable_proc_root_lists_nothing() -> None:
     ({"HostConfig": {"Runtime": "runc", "DeviceRequests": [{"Driver": "", "Count": -1,
                                                             "Capabilities": [["gpu"]]}]}}, True),
     ({"HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=all"]}]}}, True),
+    ({"HostConfig": {"Devices": [{"PathOnHost": "/dev/nvidia0", "PathInContainer": "/dev/nvidia0"},
+                                 {"PathOnHost": "/dev/nvidiactl", "PathInContainer": "/dev/nvidiactl"}]}}, True),
+    ({"HostConfig": {"Devices": [{"PathOnHost": "/dev/fuse", "PathInContainer": "/dev/fuse"}]}}, False),
     ({"HostConfig": {"Runtime": "runc", "DeviceRequests": None}}, False),
     ({}, False),
 ])
@@ -116,3 +121,79 @@ def test_the_mig_engine_finds_what_holds_one_gpu_by_its_device_node(device: Path
     name = gpu_holders.command_name("/proc", str(holder.pid))
     assert name.startswith("python") and holders(0, dev_dir=str(device.parent)) == [f"pid {holder.pid} ({name})"]
     assert holders(1, dev_dir=str(device.parent)) == []
+
+
+def _fake_proc(root: Path, pid: int, files: dict[str, str], device: str = "/dev/nvidia0") -> None:
+    """A ``<root>/<pid>`` folder as /proc has it: an fd link to ``device`` and the text files in ``files``."""
+    (root / str(pid) / "fd").mkdir(parents=True)
+    (root / str(pid) / "fd" / "3").symlink_to(device)
+    for name, text in files.items():
+        (root / str(pid) / name).write_text(text, encoding="utf-8")
+
+
+def test_control_characters_in_a_holders_name_and_arguments_are_escaped(tmp_path: Path) -> None:
+    # a process names itself (prctl PR_SET_NAME, argv): a terminal escape must not reach the report raw
+    _fake_proc(tmp_path, 4242, {"comm": "\x1b[2Jevil\n", "cmdline": "run\0\x1b]0;title\x07\0", "status":
+                                "Name:\tevil\nState:\tS (sleeping)\nUid:\t0\t0\t0\t0\n"})
+    (entry,) = gpu_holders.device_holders(str(tmp_path))
+    assert (entry["command"], entry["cmdline"]) == ("\\x1b[2Jevil", "run \\x1b]0;title\\x07")
+    assert "\x1b" not in gpu_holders.describe(entry)
+
+
+def test_a_holder_that_ends_while_it_is_read_is_not_listed(tmp_path: Path) -> None:
+    # its fd links were read, then it exited: status is gone (or it is a zombie, which holds no file)
+    _fake_proc(tmp_path, 10, {})
+    _fake_proc(tmp_path, 11, {"comm": "zombie\n", "status": "Name:\tzombie\nState:\tZ (zombie)\nUid:\t0\t0\t0\t0\n"})
+    _fake_proc(tmp_path, 12, {"comm": "live\n", "status": "Name:\tlive\nState:\tR (running)\nUid:\tx\n"})
+    assert [(h["pid"], h["user"]) for h in gpu_holders.device_holders(str(tmp_path))] == [(12, "?")]
+
+
+def test_ancestors_stop_at_a_garbled_stat(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (truncated", encoding="utf-8")
+    assert gpu_holders.ancestors(7, str(tmp_path)) == [7]
+
+
+def test_a_process_that_took_a_holders_pid_is_never_signalled(device: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the holder exited between the scan and the signals, and the kernel gave its pid to this process: the start
+    # time recorded for the pid is not this process's
+    other = _start(HOLD, device)
+    try:
+        monkeypatch.setattr(gpu_holders, "_started", lambda _pid: "1")
+        assert gpu_holders.end_processes([other.pid], timeout_s=0.2) == ([other.pid], [])
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+# a launcher that starts the holder again whenever it exits (as a unit with Restart=always would) and prints the
+# pid of each holder once it holds the file
+RESPAWN = ("import subprocess, sys\n"
+           "while True:\n"
+           "    child = subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]], stdout=subprocess.PIPE)\n"
+           "    child.stdout.readline(); print(child.pid, flush=True); child.wait()\n")
+
+
+def test_a_holder_started_again_meanwhile_is_left_after_the_end(device: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher = subprocess.Popen([sys.executable, "-c", RESPAWN, str(device), HOLD], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None
+    pids = [int(launcher.stdout.readline())]
+    end_processes = gpu_holders.end_processes
+
+    def end_then_respawned(*args: Any, **kwargs: Any) -> tuple[list[int], list[int]]:
+        done = end_processes(*args, **kwargs)
+        pids.append(int(launcher.stdout.readline()))  # the launcher's next holder holds the file
+        return done
+
+    monkeypatch.setattr(gpu_holders, "end_processes", end_then_respawned)
+    try:
+        ended, left = gpu_holders.end_holders(pids[:1], prefix=str(device.parent / "nvidia"), timeout_s=2.0)
+        assert ended == pids[:1]
+        assert [h["pid"] for h in left] == pids[1:] and pids[1] != pids[0]
+    finally:
+        launcher.kill()
+        launcher.wait()
+        for pid in pids:  # the holders the launcher started (the first one too, where ending it failed)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

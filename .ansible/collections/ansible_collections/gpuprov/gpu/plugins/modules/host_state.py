@@ -1,0 +1,203 @@
+#!/usr/bin/python
+# Copyright: gpuprov contributors
+# Apache-2.0
+"""Read-only host state a role decides from, in one call: packages, paths, small files and read-only commands."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_state
+short_description: Read package state, paths, small files and the output of read-only commands in one call
+description:
+  - One read-only call in place of a role's separate C(stat), C(slurp), C(command) and package probes, so a
+    role's no-op run is one probe, decisions on the controller, and action tasks only for what differs.
+  - Package state comes from C(dpkg-query) (as in M(deb_apt_state)) and apt's automatically-installed marks
+    from C(/var/lib/apt/extended_states), without opening apt's cache.
+  - Changes nothing on the host; check mode is fully supported and reads the same state.
+options:
+  packages:
+    description:
+      - Package names or dpkg-query patterns to read (C(libnccl*)). Null reads no package state; an empty
+        list reads every package dpkg knows. A name dpkg does not know is not an error; it is just absent
+        from RV(versions).
+    type: list
+    elements: str
+  paths:
+    description: Paths to C(lstat) (links are not followed), for RV(paths).
+    type: list
+    elements: path
+    default: []
+  read:
+    description:
+      - Text files to read whole, for RV(files); meant for small files (version headers, JSON, configuration).
+        A file that does not exist or cannot be read is null, never an error.
+    type: list
+    elements: path
+    default: []
+  commands:
+    description:
+      - Read-only commands to run, name -> argv (no shell), for RV(commands). A non-zero exit is returned,
+        not a failure; the caller decides. A program that is not installed (not on PATH, or an absolute path
+        that is not an executable) gives rc 127. Never give a command that changes the host.
+    type: dict
+    default: {}
+author: gpuprov contributors
+notes:
+  - Does not read apt's candidates or policy; run C(apt-cache madison) through O(commands) for those.
+"""
+
+EXAMPLES = r"""
+- name: Read the NCCL packages, library link, header and linker cache at once
+  host_state:
+    packages: [libnccl2, libnccl-dev]
+    paths: [/usr/lib/x86_64-linux-gnu/libnccl.so.2]
+    read: [/usr/include/nccl.h]
+    commands:
+      madison: [apt-cache, madison, libnccl2]
+      ldconfig: [ldconfig, -p]
+  register: __nccl_state
+  check_mode: false
+  changed_when: false
+"""
+
+RETURN = r"""
+versions:
+  description: Installed package (dpkg status installed) -> version, among O(packages); empty when it is null.
+  type: dict
+  returned: always
+  sample: {"libnccl2": "2.26.2-1+cuda12.8"}
+selections:
+  description: Package -> dpkg selection (install, hold, deinstall, purge), among O(packages).
+  type: dict
+  returned: always
+auto_installed:
+  description: Installed packages among O(packages) that apt marks automatically installed, sorted.
+  type: list
+  returned: always
+paths:
+  description: >-
+    Path -> C(exists), C(islnk), C(isdir), C(isreg), C(lnk_source) (the link's target resolved to an absolute
+    path, as M(ansible.builtin.stat) reports it; null when not a link), C(mode) (permission bits, four octal
+    digits), C(uid) and C(gid) (null when the path does not exist).
+  type: dict
+  returned: always
+  sample: {"/usr/local/cuda": {"exists": true, "islnk": true, "isdir": false, "isreg": false,
+           "lnk_source": "/usr/local/cuda-12.8", "mode": "0777", "uid": 0, "gid": 0}}
+files:
+  description: Path -> text content (UTF-8, undecodable bytes replaced), or null when it cannot be read.
+  type: dict
+  returned: always
+commands:
+  description: >-
+    Name -> C(rc), C(stdout) and C(stderr) of each command in O(commands); rc 127 with the reason in stderr when
+    the program is not installed.
+  type: dict
+  returned: always
+"""
+
+import os
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import EXTENDED_STATES, parse_extended_states
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import dpkg_query_argv, parse_dpkg_query
+
+
+def path_state(path):
+    """``{exists, islnk, isdir, isreg, lnk_source, mode, uid, gid}`` of ``path`` from lstat (links not followed);
+    ``mode`` is the permission bits as four octal digits (``"0644"``), None with ``uid`` and ``gid`` when the
+    path does not exist."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"exists": False, "islnk": False, "isdir": False, "isreg": False, "lnk_source": None,
+                "mode": None, "uid": None, "gid": None}  # fmt: skip
+    islnk = stat.S_ISLNK(st.st_mode)
+    return {
+        "exists": True,
+        "islnk": islnk,
+        "isdir": stat.S_ISDIR(st.st_mode),
+        "isreg": stat.S_ISREG(st.st_mode),
+        "lnk_source": os.path.realpath(path) if islnk else None,
+        "mode": "%04o" % stat.S_IMODE(st.st_mode),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+    }
+
+
+def read_text(path):
+    """The text of ``path`` (UTF-8, errors replaced), or None when it does not exist or cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def package_state(module, names):
+    """``(versions, selections, auto_installed)`` of ``names`` (dpkg-query names or patterns; [] for all)."""
+    dpkg_query = module.get_bin_path("dpkg-query")
+    if not dpkg_query:
+        module.fail_json(msg="dpkg-query not found: host_state reads packages on Debian-family hosts only")
+    rc, out, err = module.run_command(dpkg_query_argv(dpkg_query, names))
+    # exit 1 only means some name matched nothing; 2 and above is an error
+    if rc not in (0, 1):
+        module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}", rc=rc)
+    packages = parse_dpkg_query(out)
+    versions = {k: v["version"] for k, v in packages.items() if v["status"] == "installed"}
+    auto = []
+    if versions:
+        text = read_text(EXTENDED_STATES)
+        auto = [n for n in parse_extended_states(text or "") if n in versions]
+    return versions, {k: v["selection"] for k, v in packages.items()}, auto
+
+
+def run_commands(module, commands):
+    """``{name: {rc, stdout, stderr}}`` of each read-only command (argv lists, no shell)."""
+    results = {}
+    for name, argv in commands.items():
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            module.fail_json(
+                msg=f"commands.{name} must be a non-empty list of strings (an argv, no shell), not {argv!r}"
+            )
+        program = argv[0] if os.path.isabs(argv[0]) else module.get_bin_path(argv[0])
+        if not program or not os.access(program, os.X_OK):
+            results[name] = {
+                "rc": 127,
+                "stdout": "",
+                "stderr": f"{argv[0]} is not installed (not an executable on PATH)",
+            }
+            continue
+        rc, out, err = module.run_command([program, *argv[1:]])
+        results[name] = {"rc": rc, "stdout": out, "stderr": err}
+    return results
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "packages": {"type": "list", "elements": "str"},
+            "paths": {"type": "list", "elements": "path", "default": []},
+            "read": {"type": "list", "elements": "path", "default": []},
+            "commands": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    versions, selections, auto = ({}, {}, [])
+    if params["packages"] is not None:
+        versions, selections, auto = package_state(module, params["packages"])
+    module.exit_json(
+        changed=False,
+        versions=versions,
+        selections=selections,
+        auto_installed=auto,
+        paths={p: path_state(p) for p in params["paths"]},
+        files={p: read_text(p) for p in params["read"]},
+        commands=run_commands(module, params["commands"]),
+    )
+
+
+if __name__ == "__main__":
+    main()
