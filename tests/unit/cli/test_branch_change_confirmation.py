@@ -23,7 +23,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[ApplyOptions]:
     """Replaces the engine in apply and check; collects the options each run would have used."""
     seen: list[ApplyOptions] = []
 
-    def execute(options: ApplyOptions, console: Any) -> int:
+    def execute(options: ApplyOptions, console: Any, **_: Any) -> int:
         seen.append(options)
         return 0
 
