@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from rich.console import Console
 
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, ConfigError
 from gpuprov.fleet import Fleet, load_fleet
-from gpuprov.hostplay import TaskResults, write_play
+from gpuprov.hostplay import TaskResults, check_limit, write_play
 from gpuprov.recap import (
     ProgressPrinter,
     findings_table,
@@ -166,31 +165,6 @@ def check_output_path(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path}: {parent} is not a writable directory - choose another path")
 
 
-def _check_limit(inventory: Path, limit: str | None) -> None:
-    if not limit:
-        return
-    from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-
-    manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
-    names = ", ".join(sorted(h.name for h in manager.get_hosts()))
-    try:
-        matched = manager.get_hosts(pattern=limit)
-    except (AnsibleError, IndexError, ValueError) as exc:  # Ansible's pattern parser: "~(", "h[9999...]"
-        raise ConfigError(f"--limit {limit}: not a host pattern Ansible can read ({exc}) - use host or group "
-                          f"names ({names}), globs or ~regex") from exc
-    if not matched:
-        raise ConfigError(f"--limit {limit}: matches no host in the fleet - use a host or group name ({names})")
-    # Ansible skips a misspelt name in a list with a warning; a plain name that matches nothing is an error
-    plain = [p for p in re.split(r"[,:]", limit) if p and not p.startswith(("!", "&", "~", "@")) and
-             not any(c in p for c in "*?[")]
-    unknown = [p for p in plain if not manager.get_hosts(pattern=p)]
-    if unknown:
-        raise ConfigError(f"--limit {limit}: {', '.join(unknown)} matches no host or group in the fleet - "
-                          f"use host or group names ({names})")
-
-
 #: the image_workers role's variable for the controller's worker wheel (gpuprov.workerdist)
 WORKER_WHEEL_VAR = "image_workers_wheel"
 
@@ -263,7 +237,7 @@ def run_fleet(options: ApplyOptions, console: Console, then: list[dict[str, Any]
     run_dir = new_run_dir(state_dir(), options.playbook or "-".join(options.roles) or "site")
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:
-        _check_limit(inventory, options.limit)
+        check_limit(inventory, options.limit)
         _worker_wheel(fleet, extravars, run_dir)
     except ConfigError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run record behind

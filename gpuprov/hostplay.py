@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -73,6 +74,33 @@ class PlayRun:
     result: RunResult | None = None
 
 
+def check_limit(inventory: Path, limit: str | None) -> None:
+    """``--limit``: a host pattern Ansible can read that matches a host of ``inventory``, each plain name in it
+    naming a host or group. Raises ConfigError naming the fleet's hosts otherwise (exit 2)."""
+    if not limit:
+        return
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
+    names = ", ".join(sorted(h.name for h in manager.get_hosts()))
+    try:
+        matched = manager.get_hosts(pattern=limit)
+    except (AnsibleError, IndexError, ValueError) as exc:  # Ansible's pattern parser: "~(", "h[9999...]"
+        raise ConfigError(f"--limit {limit}: not a host pattern Ansible can read ({exc}) - use host or group "
+                          f"names ({names}), globs or ~regex") from exc
+    if not matched:
+        raise ConfigError(f"--limit {limit}: matches no host in the fleet - use a host or group name ({names})")
+    # Ansible skips a misspelt name in a list with a warning; a plain name that matches nothing is an error
+    plain = [p for p in re.split(r"[,:]", limit) if p and not p.startswith(("!", "&", "~", "@")) and
+             not any(c in p for c in "*?[")]
+    unknown = [p for p in plain if not manager.get_hosts(pattern=p)]
+    if unknown:
+        raise ConfigError(f"--limit {limit}: {', '.join(unknown)} matches no host or group in the fleet - "
+                          f"use host or group names ({names})")
+
+
 def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path, Path]:
     """Validate and render ``fleet_path`` into a new run directory; return ``(run_dir, inventory)``.
 
@@ -80,7 +108,6 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path,
         ConfigError: no such file, or ``limit`` matches no host. Exit 2.
         FleetValidationError: the fleet file is invalid. Exit 2.
     """
-    from gpuprov.engine import _check_limit
     from gpuprov.fleet import load_fleet
     from gpuprov.render import render_inventory
     from gpuprov.resources import state_dir
@@ -92,7 +119,7 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path,
     run_dir = new_run_dir(state_dir(), name)
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:
-        _check_limit(inventory, limit)
+        check_limit(inventory, limit)
     except ConfigError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: no run record to keep
         raise

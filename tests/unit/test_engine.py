@@ -138,7 +138,7 @@ def test_render_never_overwrites_a_users_file(tmp_path: Path) -> None:
 
 def test_limit_names_every_unknown_host(tmp_path: Path) -> None:
     """Ansible only warns about a misspelt name in a --limit list and runs the rest; gpuprov refuses it."""
-    from gpuprov.engine import _check_limit
+    from gpuprov.hostplay import check_limit
     from gpuprov.render import render_inventory
 
     path = tmp_path / "f.yml"
@@ -146,8 +146,8 @@ def test_limit_names_every_unknown_host(tmp_path: Path) -> None:
                                   "  gpu01: {address: 10.0.0.1}\n  gpu02: {address: 10.0.0.2}\n"))
     inventory = render_inventory(load_fleet(path), tmp_path / "inv")
     for good in ("gpu01", "gpu01,gpu02", "all:!gpu02", "gpu0*", "gpuprov"):
-        _check_limit(inventory, good)
+        check_limit(inventory, good)
     with pytest.raises(ConfigError, match=r"--limit gpu01,gpu0l: gpu0l matches no host or group"):
-        _check_limit(inventory, "gpu01,gpu0l")
+        check_limit(inventory, "gpu01,gpu0l")
     with pytest.raises(ConfigError, match="matches no host in the fleet"):
-        _check_limit(inventory, "nosuch")
+        check_limit(inventory, "nosuch")

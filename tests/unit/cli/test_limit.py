@@ -58,14 +58,14 @@ def test_a_pattern_of_operators_alone_is_refused(command: str, pattern: str, tmp
 
 @pytest.mark.parametrize("pattern", ["~(", "v100a[99999999999999999999]"])
 def test_a_pattern_ansible_cannot_read_is_a_usage_error(pattern: str, tmp_path: Path) -> None:
-    from gpuprov.engine import _check_limit
     from gpuprov.exceptions import ConfigError
     from gpuprov.fleet import load_fleet
+    from gpuprov.hostplay import check_limit
     from gpuprov.render import render_inventory
 
     inventory = render_inventory(load_fleet(EXAMPLE), tmp_path / "inventory")
     with pytest.raises(ConfigError, match="not a host pattern Ansible can read") as err:
-        _check_limit(inventory, pattern)
+        check_limit(inventory, pattern)
     assert err.value.exit_code == 2
 
 
