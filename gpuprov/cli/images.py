@@ -170,16 +170,20 @@ def _installed(module: str) -> bool:
 
 
 def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, cpu_workers: int, batch: str,
-              compile_mode: str, jpeg: str) -> dict[str, Any]:  # fmt: skip
-    """The run's settings (:func:`run_settings`). Raises :class:`ConfigError` (exit 2) for ``--jpeg nvimgcodec`` on
-    GPUs without nvImageCodec installed: checked here, not in each worker, where it would surface as "worker
-    exited with 2"."""
+              compile_mode: str, jpeg: str, follow: bool) -> dict[str, Any]:  # fmt: skip
+    """The run's settings (:func:`run_settings`, and ``cudnn_autotune`` as the workers will decide it:
+    :func:`~gpuprov.images.tasks.cudnn_autotune`). Raises :class:`ConfigError` (exit 2) for ``--jpeg nvimgcodec``
+    on GPUs without nvImageCodec installed, or a bad ``GPUPROV_IMAGES_CUDNN_AUTOTUNE``: checked here, not in each
+    worker, where it would surface as "worker exited with 2"."""
+    from gpuprov.images.tasks import cudnn_autotune
+
     if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
         raise ConfigError(
             "--jpeg nvimgcodec: nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13); "
             "use --jpeg auto to fall back to torchvision's nvJPEG"
         )
-    return run_settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode)
+    return {**run_settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode),
+            "cudnn_autotune": cudnn_autotune(follow)}  # fmt: skip
 
 
 def _exit_on_sigterm() -> None:
@@ -313,7 +317,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     _check_run_options(task, model, batch, lease_s, json_path, compile_mode)
     _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
-    settings = _settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode, jpeg)
+    settings = _settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode, jpeg, follow)
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
                         None if batch == "auto" else int(batch), size, lease_s, settings["threads"], follow=follow,
                         jpeg=jpeg, max_pixels=max_pixels, compile=compile_mode)  # fmt: skip

@@ -39,6 +39,9 @@ BUILTIN_TASKS = ("stats", "thumbnail")
 #: the ``path`` of a synthetic item (never a real file name: not absolute)
 PROBE_PATH = "<probe>"
 TORCHSCRIPT_SUFFIXES = (".pt", ".pts", ".pth", ".torchscript", ".jit")
+CUDNN_AUTOTUNE_ENV = "GPUPROV_IMAGES_CUDNN_AUTOTUNE"
+"""``1``: cuDNN autotunes a model's convolutions (``torch.backends.cudnn.benchmark``), ``0``: its heuristics pick
+them; unset: :func:`cudnn_autotune` decides."""
 
 
 log = logging.getLogger(__name__)
@@ -196,12 +199,13 @@ class ThumbnailTask:
 class ModelTask:
     """A TorchScript, exported (``.pt2``) or ONNX classifier: normalised ``size``^2 centre crops in, top-5 classes
     out. ``compile`` is ``--compile`` (:mod:`gpuprov.images.compiled`): an exported model on a GPU runs compiled
-    for the full batch once :meth:`build_compiled` has built it."""
+    for the full batch once :meth:`build_compiled` has built it. ``autotune``: cuDNN times its convolution
+    algorithms for each new shape (:func:`cudnn_autotune`)."""
 
     name = "model"
 
     def __init__(self, path: Path, device: str, *, size: int = 224, half: bool | None = None, optimize: bool = True,
-                 compile: str = "off") -> None:  # fmt: skip
+                 compile: str = "off", autotune: bool = True) -> None:  # fmt: skip
         torch, _ = torch_modules()
         self.size = size
         self.device = device
@@ -224,7 +228,7 @@ class ModelTask:
             except Exception as exc:  # a bad archive raises RuntimeError, KeyError, ValueError, ...
                 raise ConfigError(f"--model {path}: not a torch.export program ({type(exc).__name__}: {exc})") from exc
             if device != "cpu":
-                torch.backends.cudnn.benchmark = True
+                torch.backends.cudnn.benchmark = autotune
             # exported in eval mode already (an exported program refuses .eval())
             self.module = (module.half() if self.half else module).to(memory_format=torch.channels_last)
         else:
@@ -234,7 +238,7 @@ class ModelTask:
                 raise ConfigError(f"--model {path}: not a TorchScript file: {exc}") from exc
             module.eval()
             if device != "cpu":
-                torch.backends.cudnn.benchmark = True
+                torch.backends.cudnn.benchmark = autotune
             if self.half:
                 module = module.half()
             module = module.to(memory_format=torch.channels_last)
@@ -323,6 +327,25 @@ class ModelTask:
         ]
 
 
+def cudnn_autotune(follow: bool) -> bool:
+    """Whether a model task on a GPU lets cuDNN autotune its convolutions (``torch.backends.cudnn.benchmark``):
+    :data:`CUDNN_AUTOTUNE_ENV` ``1`` or ``0`` where set, else ``follow``. Autotuning times every algorithm once
+    per new shape - seconds for ResNet-50 at a full batch, paid in each worker's batch probe and warm-up - for a
+    forward a few per cent faster afterwards: a service (``--follow``) runs long enough to gain it back, a job
+    measured faster end to end without it (docs/benchmarks.md).
+
+    Raises:
+        ConfigError: the variable is set to anything else (exit 2).
+    """
+    raw = os.environ.get(CUDNN_AUTOTUNE_ENV, "").strip()
+    if not raw:
+        return follow
+    if raw not in ("0", "1"):
+        raise ConfigError(f"{CUDNN_AUTOTUNE_ENV}={raw!r}: use 1 (cuDNN autotunes its convolutions) or 0 (its "
+                          "heuristics pick them), or unset it")
+    return raw == "1"
+
+
 def inference_module(module: Any) -> Any:
     """A TorchScript module frozen and optimised for inference, or ``module`` as it is where that fails.
 
@@ -353,13 +376,13 @@ def _onnx_session(path: Path, device: str) -> Any:
 
 
 def make_task(name: str | None, model: Path | None, out: Path, device: str, *, size: int | None = None,
-              compile: str = "off") -> ImageTask:  # fmt: skip
-    """The task for ``--task NAME`` or ``--model PATH`` (exactly one; ``compile``: ``--compile``, for a model);
-    raises :class:`ConfigError`."""
+              compile: str = "off", autotune: bool = True) -> ImageTask:  # fmt: skip
+    """The task for ``--task NAME`` or ``--model PATH`` (exactly one; ``compile``: ``--compile`` and ``autotune``:
+    cuDNN's autotuning, for a model); raises :class:`ConfigError`."""
     if (name is None) == (model is None):
         raise ConfigError("give exactly one of --task NAME or --model PATH")
     if model is not None:
-        return ModelTask(model, device, size=size or 224, compile=compile)
+        return ModelTask(model, device, size=size or 224, compile=compile, autotune=autotune)
     if name == "stats":
         return StatsTask(size or 256)
     if name == "thumbnail":

@@ -38,7 +38,7 @@ from gpuprov.images.queue import QueueLost, QueueMissing, QueueUnavailable, open
 from gpuprov.images.slots import Slot, self_check
 from gpuprov.images.stages import Committer, LeaseKeeper, claims, decode_ahead, prefetch, process_batch
 from gpuprov.images.startup import Startup
-from gpuprov.images.tasks import ImageTask, make_task, synthetic_items
+from gpuprov.images.tasks import ImageTask, cudnn_autotune, make_task, synthetic_items
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
     device = self_check(cfg.slot)
     startup.mark("device")
     task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size,
-                     compile=cfg.compile)  # fmt: skip
+                     compile=cfg.compile, autotune=cudnn_autotune(cfg.follow))  # fmt: skip
     startup.mark("model")
     build_kernel = getattr(task, "build_kernel", None)
     if build_kernel is not None:

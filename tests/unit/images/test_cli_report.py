@@ -50,7 +50,8 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     assert (worker["slot"], worker["device"], worker["done"], worker["compile"]) == ("cpu0", "cpu", 3, None)
     assert report["settings"] == {"procs_per_gpu": 1, "threads": threads, "batch": "auto", "compile": "auto",
                                   "chosen": {"procs_per_gpu": "auto", "threads": "auto"}, "cpus": cpus, "gpus": 0,
-                                  "gpus_on_cpus": 0, "gpu_memory_bytes": None}  # fmt: skip
+                                  "gpus_on_cpus": 0, "gpu_memory_bytes": None,
+                                  "cudnn_autotune": False}  # fmt: skip
     assert list(worker["startup_s"]) == list(PHASES) and all(s >= 0 for s in worker["startup_s"].values())
     # the worker was spawned after the run began, reported ready, then sent its first result
     assert worker["spawned_s"] >= 0
@@ -72,3 +73,29 @@ def test_a_json_path_that_cannot_be_written_exits_2_before_any_worker(
     err = capsys.readouterr().err
     assert f"--json {path}:" in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists(), "nothing ran: the output folder was not even made"
+
+
+@pytest.mark.parametrize(("value", "follow", "expected"), [("", False, False), ("", True, True), ("1", False, True),
+                                                           ("0", True, False), (" 1 ", False, True)])  # fmt: skip
+def test_cudnn_autotune_follows_the_variable_else_whether_the_run_is_a_service(
+    value: str, follow: bool, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuprov.images.tasks import CUDNN_AUTOTUNE_ENV, cudnn_autotune
+
+    monkeypatch.setenv(CUDNN_AUTOTUNE_ENV, value)
+    assert cudnn_autotune(follow) is expected
+
+
+def test_a_bad_cudnn_autotune_value_exits_2_naming_it_before_any_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuprov.images.tasks import CUDNN_AUTOTUNE_ENV
+
+    url = _queue(tmp_path, 1)
+    capsys.readouterr()
+    monkeypatch.setenv(CUDNN_AUTOTUNE_ENV, "yes")
+    run = ["images", "run", "--queue", url, "--gpus", "cpu", "--task", "stats", "--out", str(tmp_path / "o")]
+    assert main(run) == 2
+    err = capsys.readouterr().err
+    assert f"{CUDNN_AUTOTUNE_ENV}='yes'" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o" / "manifest.jsonl").exists()
