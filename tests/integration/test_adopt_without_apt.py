@@ -159,7 +159,7 @@ def test_adopt_three_roles_without_python_apt_or_systemd(bare_host: tuple[Any, s
     assert f"every installed kernel ({kernel}) has its headers" in skipped_apt
     journal = _messages(result, "Say why the kernel log is not scanned")
     assert "the service manager is sleep, not systemd" in journal
-    reboot = _messages(result, "reboot | Report that the reboot is skipped, the service manager cannot reboot")
+    reboot = _messages(result, "reboot_required | Report that the reboot is skipped, the service manager cannot reboot")
     assert "Reboot required and allowed, but skipped: the service manager is sleep" in reboot
     # nothing was installed behind the roles' back, and check mode wrote nothing
     exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1")
