@@ -204,7 +204,7 @@ def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[An
     assert "cuda-toolkit-13-0" in failures[0]["msg"]
     adopted = _messages(needed, "adopt | Say why the apt tasks are skipped")
     assert "Adopted the loaded driver 580.159.04 (open kernel module, branch 580)" in adopted
-    services = _messages(needed, "services | Say why the driver services are not managed")
+    services = _messages(needed, "unmanaged | Say why the driver services are not managed")
     assert "the driver was adopted as it is" in services
     assert "nvidia-persistenced not running" in services
     assert "nv-fabricmanager not running" in services  # the fixture's GPUs sit on NVSwitches
@@ -227,7 +227,7 @@ def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[An
     roles = result.hosts[host].roles
     assert roles["nvidia_driver"].changed == 0
     assert roles["cuda"].changed == 0
-    skipped = _messages(result, "install | Say why apt is not run for the toolkits")
+    skipped = _messages(result, "no_apt | Say why apt is not run for the toolkits")
     assert "python3-apt is missing" in skipped
     assert "CUDA 13.0 in parts (cuda-nvcc-13-0" in skipped
     repo = _messages(result, "packages | Say why the CUDA repository is not configured")
