@@ -159,7 +159,7 @@ def test_adopt_three_roles_without_python_apt_or_systemd(bare_host: tuple[Any, s
     assert f"every installed kernel ({kernel}) has its headers" in skipped_apt
     journal = _messages(result, "Say why the kernel log is not scanned")
     assert "the service manager is sleep, not systemd" in journal
-    reboot = _messages(result, "reboot | Report that the reboot is skipped, the service manager cannot reboot")
+    reboot = _messages(result, "reboot_required | Report that the reboot is skipped, the service manager cannot reboot")
     assert "Reboot required and allowed, but skipped: the service manager is sleep" in reboot
     # nothing was installed behind the roles' back, and check mode wrote nothing
     exec_ok(container, "! dpkg -s python3-apt >/dev/null 2>&1")
@@ -204,7 +204,7 @@ def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[An
     assert "cuda-toolkit-13-0" in failures[0]["msg"]
     adopted = _messages(needed, "adopt | Say why the apt tasks are skipped")
     assert "Adopted the loaded driver 580.159.04 (open kernel module, branch 580)" in adopted
-    services = _messages(needed, "services | Say why the driver services are not managed")
+    services = _messages(needed, "unmanaged | Say why the driver services are not managed")
     assert "the driver was adopted as it is" in services
     assert "nvidia-persistenced not running" in services
     assert "nv-fabricmanager not running" in services  # the fixture's GPUs sit on NVSwitches
@@ -227,7 +227,7 @@ def test_adopt_driver_and_cuda_without_python_apt_or_systemd(bare_host: tuple[An
     roles = result.hosts[host].roles
     assert roles["nvidia_driver"].changed == 0
     assert roles["cuda"].changed == 0
-    skipped = _messages(result, "install | Say why apt is not run for the toolkits")
+    skipped = _messages(result, "no_apt | Say why apt is not run for the toolkits")
     assert "python3-apt is missing" in skipped
     assert "CUDA 13.0 in parts (cuda-nvcc-13-0" in skipped
     repo = _messages(result, "packages | Say why the CUDA repository is not configured")

@@ -28,7 +28,7 @@ from tests.integration.kernel_lab import dkms_container, exec_ok, install_reposi
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 NEW = "6.1.0-99-amd64"
-BUILD_TASK = "dkms | Build the DKMS modules for each kernel that lacks them"
+BUILD_TASK = "dkms_build | Build the DKMS modules for each kernel that lacks them"
 RECORD = "/var/lib/gpuprov/kernel-hold.json"
 SELECTION = "dpkg-query -W -f '${db:Status-Abbrev}' linux-image-amd64"
 

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = "/etc/modprobe.d/gpuprov-nouveau.conf"
-REBUILD_TASK = "initramfs | Rebuild the initramfs of each stale kernel"
+REBUILD_TASK = "rebuild | Rebuild the initramfs of each stale kernel"
 FAKESYS = "/opt/gpuprov-fakesys"
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -181,12 +181,12 @@ def test_gpu_bound_to_nouveau_requires_a_reboot(tmp_path: Path, stale_host: tupl
     facts = _task_results(runner, "reboot | Set whether a reboot is required")
     assert facts, "the reboot decision task did not run"
     assert facts[0]["ansible_facts"]["nouveau_reboot_required"] is True
-    messages = [r["msg"] for r in _task_results(runner, "reboot | Report that a reboot is required")]
+    messages = [r["msg"] for r in _task_results(runner, "reboot_required | Report that a reboot is required")]
     assert len(messages) == 1
     assert "nouveau" in messages[0]
     assert "0000:17:00.0" in messages[0]
     # not rebooted: the reboot task was skipped
-    assert not _task_results(runner, "reboot | Reboot so the GPUs come up without nouveau")
+    assert not _task_results(runner, "reboot_required | Reboot so the GPUs come up without nouveau")
 
     # with reboots allowed the role would reboot (check mode: ansible.builtin.reboot reports, never acts;
     # a real reboot cannot happen in a container that shares the host kernel)
@@ -197,7 +197,7 @@ def test_gpu_bound_to_nouveau_requires_a_reboot(tmp_path: Path, stale_host: tupl
         cmdline="--check",
         extravars={"nouveau_sysfs_root": FAKESYS, "nouveau_reboot_ok": True},
     )
-    reboots = _task_results(allowed, "reboot | Reboot so the GPUs come up without nouveau")
+    reboots = _task_results(allowed, "reboot_required | Reboot so the GPUs come up without nouveau")
     assert len(reboots) == 1
     assert reboots[0]["changed"] is True
-    assert not _task_results(allowed, "reboot | Report that a reboot is required")
+    assert not _task_results(allowed, "reboot_required | Report that a reboot is required")
