@@ -3,7 +3,8 @@
 # linear strategy and with mitogen's (the default), and to check that verify and doctor run under mitogen.
 # Run from the repository root; .whl/ holds gpuprov's runtime dependencies for the host's Python 3.12
 # (ansible-core, ansible-runner, mitogen, pydantic, rich, ...), which that host lacks. The fleet file is the
-# adoption fleet with the host's GPU count (the device kind has one GPU or two).
+# adoption fleet with the host's GPU count (the device kind has one GPU or two). RUNS (default 3) timed checks
+# per strategy; STRATEGIES (default "linear mitogen") names the strategies timed.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/.collections PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 GPUPROV_STATE_DIR=/tmp/gpuprov-state COLUMNS=160 NO_COLOR=1
@@ -30,7 +31,7 @@ echo "apply cuda rc=$?" >> "$out/speed-env.txt"
 # the first check converges nothing but warms the page cache and writes the run directory: not timed
 python3 -m gpuprov check "$fleet" "${local_vars[@]}" > "$out/speed-warm.txt" 2>&1; echo "warm rc=$?" >> "$out/speed-env.txt"
 for run in $(seq 1 "${RUNS:-3}"); do
-  for strategy in linear mitogen; do
+  for strategy in ${STRATEGIES:-linear mitogen}; do
     # wall seconds and the CPU seconds of gpuprov and every process it waited for (the controller's cost;
     # on a local connection the host's modules are counted too)
     TIMEFORMAT="$strategy run $run: wall %R s, user %U s, sys %S s"
