@@ -10,7 +10,6 @@ import difflib
 import logging
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from rich.console import Console
 
 from gpuprov.exceptions import EXIT_DRIFT, EXIT_HOSTS_FAILED, ConfigError
 from gpuprov.fleet import Fleet, load_fleet
+from gpuprov.fleet.environment import check_env_refs
 from gpuprov.hostplay import TaskResults, check_limit, write_play
 from gpuprov.recap import (
     ProgressPrinter,
@@ -77,31 +77,6 @@ def _select_playbook(roles: list[str], run_dir: Path) -> tuple[Path, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(selection, sort_keys=False), encoding="utf-8")
     return path, "+".join(ordered)
-
-
-def env_refs(value: object, path: str = "") -> Iterator[tuple[str, str]]:
-    """Yield ``(field path, variable name)`` for every ``{env: NAME}`` reference inside ``value``."""
-    if isinstance(value, dict):
-        if set(value) == {"env"} and isinstance(value["env"], str):
-            yield path, value["env"]
-            return
-        for key, item in value.items():
-            yield from env_refs(item, f"{path}.{key}" if path else str(key))
-
-
-def check_env_refs(fleet: Fleet) -> None:
-    """Every secret the fleet file names as ``{env: NAME}`` must be set before anything runs.
-
-    Raises:
-        ConfigError: the first unset variable, naming the field and the variable.
-    """
-    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in fleet.hosts.values() for p, n in env_refs(h.settings)]
-    refs += [(f"hosts.{h.name}.become_password", h.connection.become_password_env)
-             for h in fleet.hosts.values() if h.connection.become_password_env]
-    for field_path, name in refs:
-        if not os.environ.get(name):
-            raise ConfigError(f"{field_path}: environment variable {name} is not set - export {name} "
-                              "(the fleet file names it as {env: " + name + "})")
 
 
 #: Tags every play carries or Ansible defines.

@@ -105,10 +105,12 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path,
     """Validate and render ``fleet_path`` into a new run directory; return ``(run_dir, inventory)``.
 
     Raises:
-        ConfigError: no such file, or ``limit`` matches no host. Exit 2.
+        ConfigError: no such file, an ``{env: NAME}`` secret of the fleet file is unset, or ``limit`` matches no
+            host. Exit 2.
         FleetValidationError: the fleet file is invalid. Exit 2.
     """
     from gpuprov.fleet import load_fleet
+    from gpuprov.fleet.environment import check_env_refs
     from gpuprov.render import render_inventory
     from gpuprov.resources import state_dir
     from gpuprov.runner import new_run_dir
@@ -116,6 +118,7 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path,
     if not fleet_path.is_file():
         raise ConfigError(f"{fleet_path}: no such fleet file - pass the path of a fleet file (see docs/design.md)")
     fleet = load_fleet(fleet_path)
+    check_env_refs(fleet)  # an unset become password or URL secret stops here, before any host is probed
     run_dir = new_run_dir(state_dir(), name)
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.engine import check_env_refs, check_output_path, check_tags, env_refs
+from gpuprov.engine import check_output_path, check_tags
 from gpuprov.exceptions import ConfigError, FleetValidationError
 from gpuprov.fleet import load_fleet
+from gpuprov.fleet.environment import check_env_refs, env_refs
 from gpuprov.recap import write_summary
 
 FLEET = """\
@@ -151,3 +152,22 @@ def test_limit_names_every_unknown_host(tmp_path: Path) -> None:
         check_limit(inventory, "gpu01,gpu0l")
     with pytest.raises(ConfigError, match="matches no host in the fleet"):
         check_limit(inventory, "nosuch")
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["facts"], ["verify"]])
+def test_host_commands_stop_on_an_unset_secret_before_any_run(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """doctor, facts and verify on a fleet file check its {env: NAME} secrets as apply does: exit 2 naming the
+    field and the variable, and no run record (nothing reached a host)."""
+    from gpuprov.cli.__main__ import main
+
+    path = tmp_path / "f.yml"
+    path.write_text(FLEET)
+    monkeypatch.setenv("GPUPROV_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUPROV_T_PROXY", "http://proxy:3128")
+    monkeypatch.delenv("GPUPROV_T_BECOME", raising=False)
+    assert main([*command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "hosts.gpu01.become_password: environment variable GPUPROV_T_BECOME is not set" in err, err
+    assert not (tmp_path / "state" / "runs").exists() or not any((tmp_path / "state" / "runs").iterdir())

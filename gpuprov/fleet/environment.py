@@ -1,0 +1,35 @@
+"""The fleet file's ``{env: NAME}`` references: secrets (a become password, a proxy or mirror URL with credentials)
+read from the controller's environment at run time, never written into the fleet file or the run record."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from gpuprov.exceptions import ConfigError
+from gpuprov.fleet.model import Fleet
+
+
+def env_refs(value: object, path: str = "") -> Iterator[tuple[str, str]]:
+    """Yield ``(field path, variable name)`` for every ``{env: NAME}`` reference inside ``value``."""
+    if isinstance(value, dict):
+        if set(value) == {"env"} and isinstance(value["env"], str):
+            yield path, value["env"]
+            return
+        for key, item in value.items():
+            yield from env_refs(item, f"{path}.{key}" if path else str(key))
+
+
+def check_env_refs(fleet: Fleet) -> None:
+    """Every secret the fleet file names as ``{env: NAME}`` must be set before anything runs.
+
+    Raises:
+        ConfigError: the first unset variable, naming the field and the variable.
+    """
+    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in fleet.hosts.values() for p, n in env_refs(h.settings)]
+    refs += [(f"hosts.{h.name}.become_password", h.connection.become_password_env)
+             for h in fleet.hosts.values() if h.connection.become_password_env]
+    for field_path, name in refs:
+        if not os.environ.get(name):
+            raise ConfigError(f"{field_path}: environment variable {name} is not set - export {name} "
+                              "(the fleet file names it as {env: " + name + "})")
