@@ -43,7 +43,9 @@ def check_firmware(out, platform, s):
     distro = str(s.get("os_distribution") or "")
     method = str(s.get("driver_method") or "")
     branch = s.get("driver_branch")
-    prebuilt = distro == "Ubuntu" and method in ("distro", "ubuntu-drivers")
+    # Only ubuntu-drivers installs Canonical's signed prebuilt modules; Ubuntu's distro driver packages build with
+    # DKMS like the other methods, unsigned (the nvidia_driver role refuses both without a signing key)
+    prebuilt = distro == "Ubuntu" and method == "ubuntu-drivers"
     if s.get("signing_key_set"):
         out.add(
             "secure_boot_signing_planned",
@@ -58,8 +60,11 @@ def check_firmware(out, platform, s):
             "info",
             "firmware",
             "Secure Boot is on ({}); {} installs Canonical-signed prebuilt modules "
-            "(linux-modules-nvidia-{}-<kernel>)".format(sb.get("evidence"), method, branch or "<branch>"),
-            "none; keep the kernel and the prebuilt module package in step",
+            "(linux-modules-nvidia-{}-server-<kernel>) where the archive has them for every installed kernel".format(
+                sb.get("evidence"), method, branch or "<branch>"
+            ),
+            "none where the archive has them (the nvidia_driver role refuses a DKMS build without a MOK key); "
+            "keep the kernel and the prebuilt module package in step",
         )
     else:
         out.add(
@@ -72,6 +77,6 @@ def check_firmware(out, platform, s):
             ),
             "enroll a MOK key (mokutil --import, confirm at the console) and set secure_boot.mok_key and "
             "secure_boot.mok_cert in the fleet file, or use Canonical-signed prebuilt modules on Ubuntu "
-            "(driver.method: ubuntu-drivers or distro), or disable Secure Boot in firmware setup",
+            "(driver.method: ubuntu-drivers), or disable Secure Boot in firmware setup",
         )
 
