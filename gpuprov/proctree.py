@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
+from gpuprov.redact import redact_argv
+
 #: Seconds between two looks at whether signalled processes have ended.
 POLL_S = 0.1
 
@@ -48,12 +50,13 @@ def descendants(root: int) -> list[psutil.Process]:
 
 
 def command_line(proc: psutil.Process) -> str:
-    """The command line of ``proc`` (arguments joined by spaces, first 200 characters), or ``?``."""
+    """The command line of ``proc`` (arguments joined by spaces, credentials replaced by ``***``:
+    :func:`gpuprov.redact.redact_argv`; first 200 characters), or ``?``."""
     try:
         args = proc.cmdline()
     except psutil.Error:
         return "?"
-    return " ".join(args).strip()[:200] or "?"
+    return " ".join(redact_argv(args)).strip()[:200] or "?"
 
 
 def _send(procs: Iterable[psutil.Process], signum: int) -> None:

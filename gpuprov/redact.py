@@ -8,6 +8,8 @@
   password cannot be told from the words after it: it ends the URL.
 * A credential in a query string (``?password=...``, ``&token=...``, ``;sslpassword=...``, also
   percent-encoded names) becomes ``***``.
+* In a command line (:func:`redact_argv`), the value of an option or variable whose name carries a credential
+  (``--api-token=...``, ``--password VALUE``, ``HF_TOKEN=...``) becomes ``***``, and the URLs in it as above.
 
 :func:`escape_userinfo` applies the same reading of where a password ends before a URL is parsed, so that
 ``urllib`` and redis-py see the whole password instead of splitting it into path, query or port (and quoting
@@ -112,3 +114,31 @@ def redact_credentials(text: str) -> str:
     """``text`` with the password of every ``scheme://user:password@host`` URL in it, and every credential
     query parameter, replaced by ``***``."""
     return _QUERY_PARAM.sub(_redact_query, _redact_userinfo(text))
+
+
+#: ``--name=value`` / ``-name=value`` / ``NAME=value`` in one argument.
+_ARG_ASSIGN = re.compile(r"^(-{0,2})([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$", re.DOTALL)
+
+
+def redact_argv(args: list[str]) -> list[str]:
+    """``args`` (a process's command line) with credentials replaced by ``***``: the value of ``--name=value``,
+    ``NAME=value`` and of the argument after a ``--name`` whose name carries a credential (:func:`is_secret_name`:
+    ``--password``, ``--api-key``, ``--hf-token``), and URL passwords and credential query parameters
+    (:func:`redact_credentials`). Another process's command line is shown by ``gpuprov doctor`` and ``upgrade``
+    (the processes holding a GPU), and an admin's jobs pass tokens on it."""
+    out: list[str] = []
+    secret_next = False
+    for arg in args:
+        if secret_next and not arg.startswith("-"):
+            out.append("***")
+            secret_next = False
+            continue
+        secret_next = False
+        assign = _ARG_ASSIGN.match(arg)
+        if assign and is_secret_name(assign.group(2)):
+            out.append(f"{assign.group(1)}{assign.group(2)}=***")
+            continue
+        if arg.startswith("--") and "=" not in arg and is_secret_name(arg[2:]):
+            secret_next = True
+        out.append(redact_credentials(arg))
+    return out

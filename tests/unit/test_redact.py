@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gpuprov import mirrorfetch
 from gpuprov.cli.__main__ import main
 from gpuprov.exceptions import EnvironmentMissing
-from gpuprov.redact import escape_userinfo, redact_credentials, secret_query_names
+from gpuprov.redact import escape_userinfo, redact_argv, redact_credentials, secret_query_names
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -102,3 +102,21 @@ def test_a_mirror_password_with_url_characters_is_read_whole() -> None:
     with pytest.raises(EnvironmentMissing) as raised:
         mirrorfetch.fetch_index("http://u:pa/TAIL@127.0.0.1:1/cuda/")
     assert "TAIL" not in raised.value.message and "u:***@127.0.0.1:1" in raised.value.message
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["python", "train.py", "--api-token=abc123", "--epochs", "3"],
+     ["python", "train.py", "--api-token=***", "--epochs", "3"]),
+    (["job", "--password", "hunter2", "--out", "/data"], ["job", "--password", "***", "--out", "/data"]),
+    (["job", "--token", "--verbose"], ["job", "--token", "--verbose"]),  # a flag after it is not its value
+    (["env", "HF_TOKEN=hf_x", "AWS_SECRET_ACCESS_KEY=k", "PATH=/usr/bin", "run"],
+     ["env", "HF_TOKEN=***", "AWS_SECRET_ACCESS_KEY=***", "PATH=/usr/bin", "run"]),
+    (["worker", "--queue", "redis://u:pw@h:6379/0", "--keep-going"],
+     ["worker", "--queue", "redis://u:***@h:6379/0", "--keep-going"]),
+    (["fetch", "https://h/f?sig=abc&x=1"], ["fetch", "https://h/f?sig=***&x=1"]),
+    (["python", "-m", "http.server", "8000"], ["python", "-m", "http.server", "8000"]),
+])  # fmt: skip
+def test_redact_argv_hides_option_and_variable_values_that_carry_credentials(
+    args: list[str], expected: list[str]
+) -> None:
+    assert redact_argv(args) == expected
