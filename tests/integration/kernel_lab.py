@@ -43,6 +43,30 @@ def exec_ok(container: Any, script: str) -> str:
     return text
 
 
+class LabHost:
+    """A driver test's container and the state folder its runs keep their records in: shell commands, the failures
+    of a run and the packages dpkg has installed."""
+
+    def __init__(self, container: Any, state: Path) -> None:
+        self.container, self.state = container, state
+
+    @property
+    def name(self) -> str:
+        return str(self.container.name)
+
+    def sh(self, script: str) -> str:
+        return exec_ok(self.container, script)
+
+    def failures(self, result: RunResult) -> str:
+        """The failure messages of ``result`` on this host, joined."""
+        return " ".join(str(f.get("msg", f)) for f in result.hosts[self.name].failures)
+
+    def versions(self) -> dict[str, str]:
+        """Installed packages: name -> version (dpkg's ``ii`` state)."""
+        out = self.sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' || true")
+        return {p[1]: p[2] for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[0][1:] == "i"}
+
+
 def wait_booted(container: Any, timeout_s: float = 120.0) -> None:
     """Wait until systemd in ``container`` reports ``running`` or ``degraded``. ``systemctl is-system-running
     --wait`` alone can return at once while the system bus is not up yet, and systemd-tmpfiles then cleans

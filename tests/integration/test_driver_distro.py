@@ -22,7 +22,7 @@ import pytest
 from gpuprov.lab.mirrors import read_mirrors
 from gpuprov.lab.standin.catalogue import driver_packages
 from gpuprov.runner import RunResult
-from tests.integration.kernel_lab import dkms_container, exec_ok, install_repository, run, task_results
+from tests.integration.kernel_lab import LabHost, dkms_container, exec_ok, install_repository, run, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -36,18 +36,12 @@ SNAPSHOT = ("find /etc/apt /var/lib/apt/lists /etc/dkms -printf '%p %s %T@\\n' 2
             "md5sum /var/lib/dpkg/status; apt-mark showhold")
 
 
-class Host:
+class Host(LabHost):
     """The shared container, its kernel, the mirror and a state dir."""
 
     def __init__(self, container: Any, kernel: str, mirror: str, state: Path) -> None:
-        self.container, self.kernel, self.mirror, self.state = container, kernel, mirror, state
-
-    @property
-    def name(self) -> str:
-        return str(self.container.name)
-
-    def sh(self, script: str) -> str:
-        return exec_ok(self.container, script)
+        super().__init__(container, state)
+        self.kernel, self.mirror = kernel, mirror
 
     def play(self, check: bool = False, **extra: Any) -> RunResult:
         # nvidia_driver_distro_repo_url left at its default: the archive the container's own sources name (the
@@ -56,12 +50,6 @@ class Host:
                      "gpuprov_driver_branch": "535", **extra}
         return run(self.container, "nvidia_driver.yml", self.state, extravars, check=check)
 
-    def failures(self, result: RunResult) -> str:
-        return " ".join(str(f.get("msg", f)) for f in result.hosts[self.name].failures)
-
-    def versions(self) -> dict[str, str]:
-        out = self.sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' || true")
-        return {p[1]: p[2] for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[0][1:] == "i"}
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,7 +21,7 @@ from gpuprov.lab.standin.catalogue import LAB_BRANCHES
 from gpuprov.lab.standin.ubuntu_archive import archive_for, archive_packages, server_revision
 from gpuprov.lab.standin.ubuntu_drivers import UBUNTU_DRIVERS_LOG
 from gpuprov.runner import RunResult
-from tests.integration.kernel_lab import SYSTEMD_RUN, exec_ok, install_repository, run, wait_booted
+from tests.integration.kernel_lab import SYSTEMD_RUN, LabHost, exec_ok, install_repository, run, wait_booted
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -39,18 +37,8 @@ MODULES = tuple(f"linux-modules-nvidia-580-server-{k}" for k in KERNELS)
 SNAPSHOT = "md5sum /var/lib/dpkg/status; apt-mark showhold; find /etc/apt -printf '%p %s\\n' | sort"
 
 
-class Host:
+class Host(LabHost):
     """The container, the kernel treated as running and a state dir."""
-
-    def __init__(self, container: Any, state: Path) -> None:
-        self.container, self.state = container, state
-
-    @property
-    def name(self) -> str:
-        return str(self.container.name)
-
-    def sh(self, script: str) -> str:
-        return exec_ok(self.container, script)
 
     def play(self, check: bool = False) -> RunResult:
         extravars = {"nvidia_driver_running_kernel": KERNELS[0], "gpuprov_driver_method": "ubuntu-drivers",
@@ -58,12 +46,6 @@ class Host:
                      "nvidia_driver_fabric_manager": "disabled"}
         return run(self.container, "nvidia_driver.yml", self.state, extravars, check=check)
 
-    def failures(self, result: RunResult) -> str:
-        return " ".join(str(f.get("msg", f)) for f in result.hosts[self.name].failures)
-
-    def versions(self) -> dict[str, str]:
-        out = self.sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' || true")
-        return {p[1]: p[2] for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[0][1:] == "i"}
 
 
 @pytest.fixture(scope="module")
