@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuprov.gpu.plugins.action.bios_probe import ActionModule
 from ansible_collections.gpuprov.gpu.plugins.module_utils.bios_report import report_text
 from ansible_collections.gpuprov.gpu.plugins.modules import bios_findings, bios_probe
 
@@ -162,3 +164,8 @@ def test_same_result_as_bios_findings(host: Path, capsys: pytest.CaptureFixture[
     for key in ("findings", "failing", "fail_message", "report", "report_gpus"):
         assert findings[key] == probe[key], key
     assert findings["ansible_facts"] == {k: v for k, v in probe["ansible_facts"].items() if k != "gpuprov_gpus"}
+
+
+def test_the_action_plugin_passes_every_documented_option() -> None:
+    options = set(yaml.safe_load(bios_probe.DOCUMENTATION)["options"])
+    assert set(ActionModule._VALID_ARGS) == options - {"pynvml_dir"}  # pynvml_dir is the plugin's own
