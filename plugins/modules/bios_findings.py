@@ -11,7 +11,8 @@ module: bios_findings
 short_description: Evaluate the bios_check rules on a platform report and NVML facts
 description:
   - Pure computation, changes nothing. The rules live in C(module_utils/findings.py) and the C(findings_*.py)
-    files it runs, one per group of checks; gpuprov imports them too.
+    files it runs, one per group of checks; gpuprov imports them too. The result is put together by
+    C(module_utils/bios_report.py), which M(bios_probe) (the bios_check role's one call) returns as well.
   - Sets C(ansible_facts['bios_check_findings']) (this host's findings) and C(ansible_facts['gpuprov_findings'])
     (the findings of every gpuprov role so far, each with C(role)), replacing earlier bios_check entries.
 options:
@@ -83,7 +84,7 @@ report_gpus:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprov.gpu.plugins.module_utils.findings import evaluate, fail_message, failing, report_gpus
+from ansible_collections.gpuprov.gpu.plugins.module_utils.bios_report import result
 
 
 def main():
@@ -99,29 +100,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    findings = evaluate(params["platform"], params["gpus"], params["settings"], params["previous_gpus"])
-    ours = [dict(finding, role="bios_check") for finding in findings]
-    others = [f for f in params["existing_findings"] if f.get("role") != "bios_check"]
-    bad = failing(findings, params["fail_on"])
     module.exit_json(
         changed=False,
-        findings=findings,
-        failing=bad,
-        fail_message=fail_message(bad, params["fail_on"]),
-        report_gpus=report_gpus(params["gpus"]),
-        report={
-            "report_version": 1,
-            "role": "bios_check",
-            "fail_on": params["fail_on"],
-            "failed": bool(bad),
-            "findings": findings,
-            "platform": params["platform"],
-            # not the driver version: installing the driver is the site's own work after this preflight, and the
-            # report of an unchanged platform must not change on the next run
-            "nvml": {key: params["gpus"].get(key) for key in ("available", "error_name", "count")},
-            "gpus": report_gpus(params["gpus"]),
-        },
-        ansible_facts={"bios_check_findings": findings, "gpuprov_findings": others + ours},
+        **result(params["platform"], params["gpus"], params["settings"], params["previous_gpus"],
+                 params["existing_findings"], params["fail_on"]),
     )
 
 

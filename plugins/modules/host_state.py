@@ -97,42 +97,11 @@ commands:
 """
 
 import os
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import EXTENDED_STATES, parse_extended_states
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import dpkg_query_argv, parse_dpkg_query
-
-
-def path_state(path):
-    """``{exists, islnk, isdir, isreg, lnk_source, mode, uid, gid}`` of ``path`` from lstat (links not followed);
-    ``mode`` is the permission bits as four octal digits (``"0644"``), None with ``uid`` and ``gid`` when the
-    path does not exist."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return {"exists": False, "islnk": False, "isdir": False, "isreg": False, "lnk_source": None,
-                "mode": None, "uid": None, "gid": None}  # fmt: skip
-    islnk = stat.S_ISLNK(st.st_mode)
-    return {
-        "exists": True,
-        "islnk": islnk,
-        "isdir": stat.S_ISDIR(st.st_mode),
-        "isreg": stat.S_ISREG(st.st_mode),
-        "lnk_source": os.path.realpath(path) if islnk else None,
-        "mode": "%04o" % stat.S_IMODE(st.st_mode),
-        "uid": st.st_uid,
-        "gid": st.st_gid,
-    }
-
-
-def read_text(path):
-    """The text of ``path`` (UTF-8, errors replaced), or None when it does not exist or cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
+from ansible_collections.gpuprov.gpu.plugins.module_utils.host_files import path_state, read_text
 
 
 def package_state(module, names):

@@ -1,7 +1,7 @@
 # Copyright: gpuprov contributors
 # Apache-2.0
-"""Ship the controller's pynvml to a host for one module run (the action plugins of ``nvml_facts`` and
-``mig_layout``); nothing of it stays on the host.
+"""Ship the controller's pynvml to a host for one module run (the action plugins of ``nvml_facts``,
+``mig_layout``, ``cdi_spec`` and ``bios_probe``); nothing of it stays on the host.
 
 Target hosts do not have pynvml (nvidia-ml-py); gpuprov's controller does, since it depends on it. pynvml is
 one pure-Python file (``pynvml.py``, ctypes over ``libnvidia-ml.so.1``), so the very file ``import pynvml``

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = "/opt/gpuprov-bios"
 REPORT = "/var/lib/gpuprov/bios_check.json"
 ASSERT_TASK = "Fail the host on findings of a failing severity"
+PROBE_TASK = "Read the host, evaluate the findings and write the report"
 GIB = 1024**3
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -139,7 +140,7 @@ def _stat(runner: Any, key: str, host: str) -> int:
 def _findings(runner: Any) -> list[dict[str, Any]]:
     for event in runner.events:
         data = event.get("event_data", {})
-        if event.get("event") == "runner_on_ok" and data.get("task") == "Evaluate the findings":
+        if event.get("event") == "runner_on_ok" and data.get("task") == PROBE_TASK:
             facts = data["res"]["ansible_facts"]
             assert facts["gpuprov_findings"] == [dict(f, role="bios_check") for f in facts["bios_check_findings"]]
             result: list[dict[str, Any]] = facts["bios_check_findings"]
@@ -174,7 +175,7 @@ def test_h200x2_passes_records_bar1_and_is_idempotent(tmp_path: Path, lab_host: 
     _prepare(lab_host, tmp_path, "h200x2", healthy_h200())
     check = _run(tmp_path, lab_host, "check", extravars=H200, check=True)
     assert check.status == "successful"
-    assert _stat(check, "changed", lab_host.name) == 0  # under --check nothing would change: the report is skipped
+    assert _stat(check, "changed", lab_host.name) == 1  # under --check the report would be written, and is not
     _exec(lab_host, f"test ! -e {REPORT}")
     first = _run(tmp_path, lab_host, "first", extravars=H200)
     assert first.status == "successful"

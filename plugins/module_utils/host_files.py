@@ -1,0 +1,40 @@
+# Copyright: gpuprov contributors
+# Apache-2.0
+"""Paths and small text files of a host as modules read them (host_state, bios_probe): lstat state and whole
+text. Pure Python 3.8, no Ansible."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+def path_state(path):
+    """``{exists, islnk, isdir, isreg, lnk_source, mode, uid, gid}`` of ``path`` from lstat (links not followed);
+    ``mode`` is the permission bits as four octal digits (``"0644"``), None with ``uid`` and ``gid`` when the
+    path does not exist."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"exists": False, "islnk": False, "isdir": False, "isreg": False, "lnk_source": None,
+                "mode": None, "uid": None, "gid": None}  # fmt: skip
+    islnk = stat.S_ISLNK(st.st_mode)
+    return {
+        "exists": True,
+        "islnk": islnk,
+        "isdir": stat.S_ISDIR(st.st_mode),
+        "isreg": stat.S_ISREG(st.st_mode),
+        "lnk_source": os.path.realpath(path) if islnk else None,
+        "mode": "%04o" % stat.S_IMODE(st.st_mode),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+    }
+
+
+def read_text(path):
+    """The text of ``path`` (UTF-8, errors replaced), or None when it does not exist or cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
