@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,11 +75,12 @@ class PlayRun:
     result: RunResult | None = None
 
 
-def check_limit(inventory: Path, limit: str | None) -> None:
+def check_limit(inventory: Path, limit: str | None) -> list[str] | None:
     """``--limit``: a host pattern Ansible can read that matches a host of ``inventory``, each plain name in it
-    naming a host or group. Raises ConfigError naming the fleet's hosts otherwise (exit 2)."""
+    naming a host or group. Returns the names of the hosts it selects (None without a limit: every host).
+    Raises ConfigError naming the fleet's hosts otherwise (exit 2)."""
     if not limit:
-        return
+        return None
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -99,14 +101,17 @@ def check_limit(inventory: Path, limit: str | None) -> None:
     if unknown:
         raise ConfigError(f"--limit {limit}: {', '.join(unknown)} matches no host or group in the fleet - "
                           f"use host or group names ({names})")
+    return sorted(h.name for h in matched)
 
 
-def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path, Path]:
-    """Validate and render ``fleet_path`` into a new run directory; return ``(run_dir, inventory)``.
+def prepare_fleet(fleet_path: Path, name: str, limit: str | None, *, one_host: bool = False) -> tuple[Path, Path]:
+    """Validate and render ``fleet_path`` into a new run directory; return ``(run_dir, inventory)``. With
+    ``one_host`` (``--local`` on a fleet file), the fleet and ``limit`` must select exactly one host. Last, the
+    ``{env: NAME}`` secrets of the selected hosts must be set.
 
     Raises:
-        ConfigError: no such file, an ``{env: NAME}`` secret of the fleet file is unset, or ``limit`` matches no
-            host. Exit 2.
+        ConfigError: no such file, ``limit`` matches no host, not one host where ``one_host`` wants it, or a
+            selected host's ``{env: NAME}`` secret is unset. Exit 2; no run record is left.
         FleetValidationError: the fleet file is invalid. Exit 2.
     """
     from gpuprov.fleet import load_fleet
@@ -118,15 +123,27 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None) -> tuple[Path,
     if not fleet_path.is_file():
         raise ConfigError(f"{fleet_path}: no such fleet file - pass the path of a fleet file (see docs/design.md)")
     fleet = load_fleet(fleet_path)
-    check_env_refs(fleet)  # an unset become password or URL secret stops here, before any host is probed
     run_dir = new_run_dir(state_dir(), name)
     inventory = render_inventory(fleet, run_dir / "inventory")
     try:
-        check_limit(inventory, limit)
+        selected = check_limit(inventory, limit)
+        if one_host:
+            selected = _one_host(fleet.hosts, selected)
+        # an unset become password or URL secret stops here, before any host is probed
+        check_env_refs(fleet, selected)
     except ConfigError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: no run record to keep
         raise
     return run_dir, inventory
+
+
+def _one_host(hosts: Mapping[str, Any], selected: list[str] | None) -> list[str]:
+    """The one host of ``selected`` (every host of the fleet when None); ConfigError (exit 2) for any other count."""
+    names = sorted(hosts) if selected is None else selected
+    if len(names) != 1:
+        raise ConfigError(f"--local runs on this machine as one host, but {len(names)} hosts are selected "
+                          f"({', '.join(names)}) - add --limit HOST")
+    return names
 
 
 def local_extravars(python: str | None = None) -> dict[str, str]:

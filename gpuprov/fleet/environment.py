@@ -4,7 +4,7 @@ read from the controller's environment at run time, never written into the fleet
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.fleet.model import Fleet
@@ -20,15 +20,17 @@ def env_refs(value: object, path: str = "") -> Iterator[tuple[str, str]]:
             yield from env_refs(item, f"{path}.{key}" if path else str(key))
 
 
-def check_env_refs(fleet: Fleet) -> None:
-    """Every secret the fleet file names as ``{env: NAME}`` must be set before anything runs.
+def check_env_refs(fleet: Fleet, hosts: Collection[str] | None = None) -> None:
+    """Every secret the fleet file names as ``{env: NAME}`` for ``hosts`` (names; None: every host) must be set
+    before anything runs.
 
     Raises:
         ConfigError: the first unset variable, naming the field and the variable.
     """
-    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in fleet.hosts.values() for p, n in env_refs(h.settings)]
+    chosen = [h for name, h in fleet.hosts.items() if hosts is None or name in hosts]
+    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in chosen for p, n in env_refs(h.settings)]
     refs += [(f"hosts.{h.name}.become_password", h.connection.become_password_env)
-             for h in fleet.hosts.values() if h.connection.become_password_env]
+             for h in chosen if h.connection.become_password_env]
     for field_path, name in refs:
         if not os.environ.get(name):
             raise ConfigError(f"{field_path}: environment variable {name} is not set - export {name} "
