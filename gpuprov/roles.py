@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuprov.exceptions import ConfigError
-from gpuprov.resources import playbooks_dir, roles_dir
+from gpuprov.resources import load_yaml, playbooks_dir, roles_dir
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class RoleInfo:
 
 
 def _site_order(site: Path) -> list[str]:
-    plays: Any = yaml.safe_load(site.read_text(encoding="utf-8")) or []
+    plays: Any = load_yaml(site.read_text(encoding="utf-8")) or []
     order: list[str] = []
     for play in plays:
         target = play.get("ansible.builtin.import_playbook") or play.get("import_playbook")
@@ -50,7 +48,7 @@ def _specs(role: str) -> tuple[str, tuple[str, ...]]:
     path = roles_dir() / role / "meta" / "argument_specs.yml"
     if not path.is_file():
         return "", ()
-    data: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data: Any = load_yaml(path.read_text(encoding="utf-8")) or {}
     main = (data.get("argument_specs") or {}).get("main") or {}
     description = main.get("description") or []
     if isinstance(description, str):
@@ -79,7 +77,7 @@ def role_playbook(name: str) -> Path:
     Raises:
         ConfigError: ``name`` is not a gpuprov role (the message lists the roles and a close match).
     """
-    known = [r.name for r in list_roles()]
+    known = _site_order(playbooks_dir() / "site.yml")
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" - did you mean '{close[0]}'?" if close else ""

@@ -39,7 +39,9 @@ def load_raw() -> Any:
         MatrixDataError: the file cannot be read or parsed, or is not a mapping.
     """
     try:
-        raw = yaml.safe_load(MATRIX_FILE.read_text(encoding="utf-8"))
+        # libyaml's loader where PyYAML has it: the same document, ten times faster than the Python one
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        raw = yaml.load(MATRIX_FILE.read_text(encoding="utf-8"), Loader=loader)
     except (OSError, yaml.YAMLError) as exc:
         raise MatrixDataError(f"cannot read the compatibility matrix {MATRIX_FILE}: {exc!r}") from exc
     if not isinstance(raw, dict):
