@@ -119,6 +119,10 @@ def redact_credentials(text: str) -> str:
 
 #: ``--name=value`` / ``-name=value`` / ``NAME=value`` in one argument.
 _ARG_ASSIGN = re.compile(r"^(-{0,2})([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$", re.DOTALL)
+#: Option and variable names whose value is where a credential is kept, not the credential (``--password-file``,
+#: ``--token-path``, Docker's ``POSTGRES_PASSWORD_FILE`` convention), or that turn one off (``--no-password``): the
+#: value is shown, an admin needs the path.
+_NOT_A_SECRET_VALUE = re.compile(r"[-_.](?:file|path|dir)$|^no-", re.IGNORECASE)
 #: An HTTP header in one argument (``Authorization: Bearer ...``, ``X-Api-Key: ...``): name, separator, value.
 _HEADER = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)(:\s*)(\S.*)$", re.DOTALL)
 #: A JSON string member (``"password": "..."``): name, what lies between, the value's quoted text.
@@ -130,10 +134,15 @@ def _redact_json_member(match: re.Match[str]) -> str:
     return f'"{name}"{between}"***"' if value and is_secret_name(name) else match.group(0)
 
 
+def _holds_secret(name: str) -> bool:
+    """Whether the value of option or variable ``name`` (without its dashes) is a credential."""
+    return is_secret_name(name) and not _NOT_A_SECRET_VALUE.search(name)
+
+
 def _redact_arg(arg: str) -> str:
     """One argument with its credentials hidden (:func:`redact_argv`), apart from a value in the next one."""
     assign = _ARG_ASSIGN.match(arg)
-    if assign and is_secret_name(assign.group(2)):
+    if assign and _holds_secret(assign.group(2)):
         # the value runs to the argument's end: a value with spaces cannot be told from a shell's words after it
         return f"{assign.group(1)}{assign.group(2)}=***"
     header = _HEADER.match(arg)
@@ -163,7 +172,9 @@ def redact_argv(args: list[str]) -> list[str]:
     process's command line is shown by ``gpuprov doctor`` and ``upgrade`` (the processes holding a GPU), and an
     admin's jobs pass tokens on it.
 
-    Short options are left as they are: ``-p`` is a password to ``mysql`` and a port to ``ssh``."""
+    Short options are left as they are: ``-p`` is a password to ``mysql`` and a port to ``ssh``. The value of an
+    option or variable naming a file, path or folder (``--password-file``, ``POSTGRES_PASSWORD_FILE``) or turning a
+    credential off (``--no-password``) is shown: it is where the secret is kept, which an admin needs to read."""
     out: list[str] = []
     secret_next = False
     for arg in args:
@@ -171,6 +182,6 @@ def redact_argv(args: list[str]) -> list[str]:
             out.append("***")
             secret_next = False
             continue
-        secret_next = arg.startswith("--") and "=" not in arg and is_secret_name(arg[2:])
+        secret_next = arg.startswith("--") and "=" not in arg and _holds_secret(arg[2:])
         out.append(_redact_arg(arg))
     return out

@@ -146,6 +146,9 @@ def test_redact_argv_reads_a_command_line_header_or_json_inside_one_argument(
     ["curl", "-H", "Content-Type: application/json", "--key-file", "/etc/app/key.pem"],  # a path is no secret
     ["ssh", "-p", "2222", "host"],  # short options are not read: -p is a port here, a password to mysql
     ["app", "--token="],  # nothing to hide
+    # where the secret is kept, not the secret: the path is shown
+    ["db", "--password-file", "/run/secrets/db", "--token-path=/run/t", "POSTGRES_PASSWORD_FILE=/run/secrets/pg"],
+    ["psql", "--no-password", "postgres"],  # a flag that turns a password off: the next word is no value of it
 ])  # fmt: skip
 def test_redact_argv_leaves_what_an_admin_needs_to_read(args: list[str]) -> None:
     assert redact_argv(args) == args
