@@ -22,6 +22,7 @@ without the fleet schema and its pydantic) redact queue URLs with the same rule.
 from __future__ import annotations
 
 import re
+import shlex
 from urllib.parse import quote, unquote
 
 #: Where a URL starts: an optional opening quote and ``scheme://``.
@@ -118,14 +119,62 @@ def redact_credentials(text: str) -> str:
 
 #: ``--name=value`` / ``-name=value`` / ``NAME=value`` in one argument.
 _ARG_ASSIGN = re.compile(r"^(-{0,2})([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$", re.DOTALL)
+#: Option and variable names whose value is where a credential is kept, not the credential (``--password-file``,
+#: ``--token-path``, Docker's ``POSTGRES_PASSWORD_FILE`` convention), or that turn one off (``--no-password``): the
+#: value is shown, an admin needs the path.
+_NOT_A_SECRET_VALUE = re.compile(r"[-_.](?:file|path|dir)$|^no-", re.IGNORECASE)
+#: An HTTP header in one argument (``Authorization: Bearer ...``, ``X-Api-Key: ...``): name, separator, value.
+_HEADER = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)(:\s*)(\S.*)$", re.DOTALL)
+#: A JSON string member (``"password": "..."``): name, what lies between, the value's quoted text.
+_JSON_MEMBER = re.compile(r'"([^"\\]*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
+
+
+def _redact_json_member(match: re.Match[str]) -> str:
+    name, between, value = match.groups()
+    return f'"{name}"{between}"***"' if value and is_secret_name(name) else match.group(0)
+
+
+def _holds_secret(name: str) -> bool:
+    """Whether the value of option or variable ``name`` (without its dashes) is a credential."""
+    return is_secret_name(name) and not _NOT_A_SECRET_VALUE.search(name)
+
+
+def _redact_arg(arg: str) -> str:
+    """One argument with its credentials hidden (:func:`redact_argv`), apart from a value in the next one."""
+    assign = _ARG_ASSIGN.match(arg)
+    if assign and _holds_secret(assign.group(2)):
+        # the value runs to the argument's end: a value with spaces cannot be told from a shell's words after it
+        return f"{assign.group(1)}{assign.group(2)}=***"
+    header = _HEADER.match(arg)
+    if header and is_secret_name(header.group(1)):
+        return f"{header.group(1)}{header.group(2)}***"
+    arg = _JSON_MEMBER.sub(_redact_json_member, arg)
+    if _SPACE.search(arg.strip()):
+        # a command line in one argument (``sh -c "..."``, ``bash -lc``): its own words, read as one
+        try:
+            words = shlex.split(arg)
+        except ValueError:  # unbalanced quotes: the words as whitespace parts them
+            words = arg.split()
+        redacted = redact_argv(words)
+        if redacted != words:  # else the argument is shown as written, quotes and all
+            return " ".join(redacted)
+    return redact_credentials(arg)
 
 
 def redact_argv(args: list[str]) -> list[str]:
     """``args`` (a process's command line) with credentials replaced by ``***``: the value of ``--name=value``,
     ``NAME=value`` and of the argument after a ``--name`` whose name carries a credential (:func:`is_secret_name`:
-    ``--password``, ``--api-key``, ``--hf-token``), and URL passwords and credential query parameters
-    (:func:`redact_credentials`). Another process's command line is shown by ``gpuprov doctor`` and ``upgrade``
-    (the processes holding a GPU), and an admin's jobs pass tokens on it."""
+    ``--password``, ``--api-key``, ``--hf-token``), an HTTP header's value (``Authorization: Bearer ...``), a JSON
+    string member's (``"password": "..."``), and URL passwords and credential query parameters
+    (:func:`redact_credentials`). An argument holding whitespace (``sh -c "HF_TOKEN=... python run.py"``) is read
+    as a command line of its own: where its words hide a credential, they are shown redacted and joined by single
+    spaces. Another
+    process's command line is shown by ``gpuprov doctor`` and ``upgrade`` (the processes holding a GPU), and an
+    admin's jobs pass tokens on it.
+
+    Short options are left as they are: ``-p`` is a password to ``mysql`` and a port to ``ssh``. The value of an
+    option or variable naming a file, path or folder (``--password-file``, ``POSTGRES_PASSWORD_FILE``) or turning a
+    credential off (``--no-password``) is shown: it is where the secret is kept, which an admin needs to read."""
     out: list[str] = []
     secret_next = False
     for arg in args:
@@ -133,12 +182,6 @@ def redact_argv(args: list[str]) -> list[str]:
             out.append("***")
             secret_next = False
             continue
-        secret_next = False
-        assign = _ARG_ASSIGN.match(arg)
-        if assign and is_secret_name(assign.group(2)):
-            out.append(f"{assign.group(1)}{assign.group(2)}=***")
-            continue
-        if arg.startswith("--") and "=" not in arg and is_secret_name(arg[2:]):
-            secret_next = True
-        out.append(redact_credentials(arg))
+        secret_next = arg.startswith("--") and "=" not in arg and _holds_secret(arg[2:])
+        out.append(_redact_arg(arg))
     return out

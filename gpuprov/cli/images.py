@@ -172,9 +172,10 @@ def _installed(module: str) -> bool:
 def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, cpu_workers: int, batch: str,
               compile_mode: str, jpeg: str, follow: bool) -> dict[str, Any]:  # fmt: skip
     """The run's settings (:func:`run_settings`, and ``cudnn_autotune`` as the workers will decide it:
-    :func:`~gpuprov.images.tasks.cudnn_autotune`). Raises :class:`ConfigError` (exit 2) for ``--jpeg nvimgcodec``
-    on GPUs without nvImageCodec installed, or a bad ``GPUPROV_IMAGES_CUDNN_AUTOTUNE``: checked here, not in each
-    worker, where it would surface as "worker exited with 2"."""
+    :func:`~gpuprov.images.tasks.cudnn_autotune`, false where no slot is a GPU). Raises :class:`ConfigError`
+    (exit 2) for ``--jpeg nvimgcodec`` on GPUs without nvImageCodec installed, or a bad
+    ``GPUPROV_IMAGES_CUDNN_AUTOTUNE``: checked here, not in each worker, where it would surface as "worker exited
+    with 2"."""
     from gpuprov.images.tasks import cudnn_autotune
 
     if jpeg == "nvimgcodec" and any(s.uuid for s in slots) and not _installed("nvidia.nvimgcodec"):
@@ -183,7 +184,7 @@ def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, 
             "use --jpeg auto to fall back to torchvision's nvJPEG"
         )
     return {**run_settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode),
-            "cudnn_autotune": cudnn_autotune(follow)}  # fmt: skip
+            "cudnn_autotune": cudnn_autotune(follow) and any(s.uuid for s in slots)}  # a CPU has no cuDNN
 
 
 def _exit_on_sigterm() -> None:

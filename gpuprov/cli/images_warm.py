@@ -44,8 +44,9 @@ def warm_cmd(model: Path, gpus: str, batch: str, size: int | None, record: Path 
     slot = replicate(slots[:1], settings["procs_per_gpu"])[0]
     if slot.uuid:  # pinned as a worker is (gpuprov.images.supervisor.worker_env), before torch opens CUDA
         os.environ.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=slot.uuid)
+    # follow: cuDNN autotunes (or not) as the --follow services it builds for, so they find its probe record
     cfg = WorkerConfig("", str(Path.cwd()), None, str(model.resolve()), None if batch == "auto" else int(batch),
-                       size, threads=settings["threads"], slot=slot, compile=compile_mode)  # fmt: skip
+                       size, threads=settings["threads"], slot=slot, follow=True, compile=compile_mode)  # fmt: skip
     startup = Startup()
     startup.mark("process")
     started = startup.marks["process"]

@@ -25,13 +25,15 @@ def check_env_refs(fleet: Fleet, hosts: Collection[str] | None = None) -> None:
     before anything runs.
 
     Raises:
-        ConfigError: the first unset variable, naming the field and the variable.
+        ConfigError: the first variable unset or empty, naming the field and the variable.
     """
     chosen = [h for name, h in fleet.hosts.items() if hosts is None or name in hosts]
     refs = [(f"hosts.{h.name}.settings.{p}", n) for h in chosen for p, n in env_refs(h.settings)]
     refs += [(f"hosts.{h.name}.become_password", h.connection.become_password_env)
              for h in chosen if h.connection.become_password_env]
     for field_path, name in refs:
-        if not os.environ.get(name):
-            raise ConfigError(f"{field_path}: environment variable {name} is not set - export {name} "
+        value = os.environ.get(name)
+        if not value:  # an empty password or URL is no secret either: the run would fail on the host
+            state = "is not set" if value is None else "is set but empty"
+            raise ConfigError(f"{field_path}: environment variable {name} {state} - export {name} "
                               "(the fleet file names it as {env: " + name + "})")

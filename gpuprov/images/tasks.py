@@ -210,6 +210,7 @@ class ModelTask:
         self.size = size
         self.device = device
         self.half = device != "cpu" if half is None else half
+        self.autotune = autotune
         self.onnx: Any = None
         self.module: Any = None
         self.full_batch: int | None = None
@@ -246,9 +247,10 @@ class ModelTask:
 
     @property
     def probe_key(self) -> str:
-        """What the memory a batch of this task needs depends on (the model file, input side and dtype): the key
-        under which :func:`~gpuprov.images.memory.auto_batch` keeps its probe's result."""
-        return f"model|{self.model_key}|{self.size}|{self.half}"
+        """What the memory a batch of this task needs depends on (the model file, input side, dtype and whether
+        cuDNN autotunes, which picks convolution algorithms with other workspaces): the key under which
+        :func:`~gpuprov.images.memory.auto_batch` keeps its probe's result."""
+        return f"model|{self.model_key}|{self.size}|{self.half}|autotune={self.autotune}"
 
     def build_kernel(self) -> None:
         """Compile the fused crop+resize kernel now, on one small synthetic image, so that a worker's start-up

@@ -41,6 +41,9 @@ def test_unset_secret_variable_stops_the_run(tmp_path: Path, monkeypatch: pytest
     monkeypatch.delenv("GPUPROV_T_BECOME")
     with pytest.raises(ConfigError, match="GPUPROV_T_BECOME"):
         check_env_refs(fleet)
+    monkeypatch.setenv("GPUPROV_T_BECOME", "")  # exported but empty: said so, not "not set"
+    with pytest.raises(ConfigError, match="variable GPUPROV_T_BECOME is set but empty - export GPUPROV_T_BECOME"):
+        check_env_refs(fleet)
     monkeypatch.setenv("GPUPROV_T_BECOME", "x")
     check_env_refs(fleet)
 
@@ -152,6 +155,28 @@ def test_limit_names_every_unknown_host(tmp_path: Path) -> None:
         check_limit(inventory, "gpu01,gpu0l")
     with pytest.raises(ConfigError, match="matches no host in the fleet"):
         check_limit(inventory, "nosuch")
+
+
+@pytest.mark.parametrize("command", [["apply"], ["doctor"], ["facts"], ["verify"]])
+def test_limit_does_not_narrow_the_secret_check(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """apply and the probing commands agree: every {env: NAME} of the fleet file is checked, whatever --limit
+    picks (here a host that does not use the unset one), before any host is reached."""
+    from gpuprov.cli.__main__ import main
+
+    path = tmp_path / "f.yml"
+    path.write_text(FLEET.replace("ssh: {user: admin, become_password: {env: GPUPROV_T_BECOME}}", "ssh: {user: admin}")
+                    .replace("  gpu01: {address: 10.0.0.1}",
+                             "  gpu01: {address: 10.0.0.1}\n"
+                             "  gpu02: {address: 10.0.0.2, become_password: {env: GPUPROV_T_BECOME}}"))
+    monkeypatch.setenv("GPUPROV_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUPROV_T_PROXY", "http://proxy:3128")
+    monkeypatch.delenv("GPUPROV_T_BECOME", raising=False)
+    assert main([*command, str(path), "--limit", "gpu01"]) == 2
+    err = capsys.readouterr().err
+    assert "hosts.gpu02.become_password: environment variable GPUPROV_T_BECOME is not set" in err, err
+    assert not (tmp_path / "state" / "runs").exists() or not any((tmp_path / "state" / "runs").iterdir())
 
 
 @pytest.mark.parametrize("command", [["doctor"], ["facts"], ["verify"]])

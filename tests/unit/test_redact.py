@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gpuprov import mirrorfetch
 from gpuprov.cli.__main__ import main
 from gpuprov.exceptions import EnvironmentMissing
+from gpuprov.proctree import command_line
 from gpuprov.redact import escape_userinfo, redact_argv, redact_credentials, secret_query_names
 
 
@@ -120,3 +121,43 @@ def test_redact_argv_hides_option_and_variable_values_that_carry_credentials(
     args: list[str], expected: list[str]
 ) -> None:
     assert redact_argv(args) == expected
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["sh", "-c", "python run.py --token tok1"], ["sh", "-c", "python run.py --token ***"]),
+    (["sh", "-c", "cd /x && HF_TOKEN=tok1 python run.py"], ["sh", "-c", "cd /x && HF_TOKEN=*** python run.py"]),
+    (["sh", "-c", "AWS_SESSION_TOKEN=tok1 python run.py"], ["sh", "-c", "AWS_SESSION_TOKEN=***"]),
+    (["bash", "-lc", "echo 'unbalanced --password tok1"], ["bash", "-lc", "echo 'unbalanced --password ***"]),
+    (["curl", "--header", "Authorization: Bearer tok1"], ["curl", "--header", "Authorization: ***"]),
+    (["curl", "-H", "X-Api-Key: tok1", "https://h"], ["curl", "-H", "X-Api-Key: ***", "https://h"]),
+    (["sh", "-c", 'curl -H "Authorization: Basic tok1" https://h'], ["sh", "-c", "curl -H Authorization: *** https://h"]),
+    (["app", '{"password": "tok1", "user": "bob"}'], ["app", '{"password": "***", "user": "bob"}']),
+    (["app", '{"api_key":"tok1\\"tail"}'], ["app", '{"api_key":"***"}']),
+])  # fmt: skip
+def test_redact_argv_reads_a_command_line_header_or_json_inside_one_argument(
+    args: list[str], expected: list[str]
+) -> None:
+    assert redact_argv(args) == expected
+    assert "tok1" not in " ".join(redact_argv(args))
+
+
+@pytest.mark.parametrize("args", [
+    ["python", "-c", 'print("a b")'],  # no credential: shown as written, quotes kept
+    ["curl", "-H", "Content-Type: application/json", "--key-file", "/etc/app/key.pem"],  # a path is no secret
+    ["ssh", "-p", "2222", "host"],  # short options are not read: -p is a port here, a password to mysql
+    ["app", "--token="],  # nothing to hide
+    # where the secret is kept, not the secret: the path is shown
+    ["db", "--password-file", "/run/secrets/db", "--token-path=/run/t", "POSTGRES_PASSWORD_FILE=/run/secrets/pg"],
+    ["psql", "--no-password", "postgres"],  # a flag that turns a password off: the next word is no value of it
+])  # fmt: skip
+def test_redact_argv_leaves_what_an_admin_needs_to_read(args: list[str]) -> None:
+    assert redact_argv(args) == args
+
+
+def test_command_line_redacts_before_it_cuts_to_200_characters() -> None:
+    class Proc:
+        def cmdline(self) -> list[str]:
+            return ["job", "x" * 180, "--password", "SECRETHEAD" + "t" * 30]
+
+    shown = command_line(Proc())  # type: ignore[arg-type]
+    assert len(shown) <= 200 and "SECRET" not in shown and "--password" in shown

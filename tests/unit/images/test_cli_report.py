@@ -86,6 +86,16 @@ def test_cudnn_autotune_follows_the_variable_else_whether_the_run_is_a_service(
     assert cudnn_autotune(follow) is expected
 
 
+@pytest.mark.parametrize("value", ["true", "yes", "01", "\u0661", "\uff11", "1 0", "-1"])  # int() takes some
+def test_cudnn_autotune_takes_only_the_ascii_digits_0_and_1(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprov.exceptions import ConfigError
+    from gpuprov.images.tasks import CUDNN_AUTOTUNE_ENV, cudnn_autotune
+
+    monkeypatch.setenv(CUDNN_AUTOTUNE_ENV, value)
+    with pytest.raises(ConfigError, match=f"{CUDNN_AUTOTUNE_ENV}=.*use 1 .* or 0"):
+        cudnn_autotune(True)
+
+
 def test_a_bad_cudnn_autotune_value_exits_2_naming_it_before_any_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -99,3 +109,17 @@ def test_a_bad_cudnn_autotune_value_exits_2_naming_it_before_any_worker(
     err = capsys.readouterr().err
     assert f"{CUDNN_AUTOTUNE_ENV}='yes'" in err and "Traceback" not in err, err
     assert not (tmp_path / "o" / "manifest.jsonl").exists()
+
+
+def test_json_reports_no_cudnn_autotuning_for_a_run_without_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuprov.images.tasks import CUDNN_AUTOTUNE_ENV
+
+    url = _queue(tmp_path, 1)
+    monkeypatch.setenv(CUDNN_AUTOTUNE_ENV, "1")  # asked for, but CPU workers never reach cuDNN
+    report_path = tmp_path / "run.json"
+    run = ["images", "run", "--queue", url, "--gpus", "cpu", "--task", "stats", "--out", str(tmp_path / "o"),
+           "--json", str(report_path)]  # fmt: skip
+    assert main(run) == 0
+    assert json.loads(report_path.read_text())["settings"]["cudnn_autotune"] is False

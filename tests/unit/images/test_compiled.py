@@ -201,6 +201,34 @@ def test_warm_builds_the_compiled_step_as_a_worker_would(
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
 
 
+def test_warm_autotunes_as_the_follow_services_it_builds_for(
+    exported_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch probe's record is kept per autotune choice: warm must choose as the services do, or they probe."""
+    from gpuprov.cli.__main__ import main
+    from gpuprov.images import tasks, worker
+    from gpuprov.images.compiled import CACHE_ENV
+    from gpuprov.images.tasks import CUDNN_AUTOTUNE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    for name in (*CACHE_VARS, CUDNN_AUTOTUNE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    made: list[Any] = []
+
+    def make_task(*args: Any, **kwargs: Any) -> Any:
+        made.append(tasks.make_task(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(worker, "make_task", make_task)
+    args = ["images", "warm", "--model", str(exported_model), "--gpus", "cpu", "--size", "32", "--batch", "4",
+            "--compile", "off"]  # fmt: skip
+    assert main(args) == 0
+    monkeypatch.setenv(CUDNN_AUTOTUNE_ENV, "0")
+    assert main(args) == 0
+    assert [task.autotune for task in made] == [True, False]
+    assert made[0].probe_key != made[1].probe_key
+
+
 def test_warm_refuses_a_named_mode_for_torchscript(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gpuprov.cli.__main__ import main
 
