@@ -106,12 +106,12 @@ def check_limit(inventory: Path, limit: str | None) -> list[str] | None:
 
 def prepare_fleet(fleet_path: Path, name: str, limit: str | None, *, one_host: bool = False) -> tuple[Path, Path]:
     """Validate and render ``fleet_path`` into a new run directory; return ``(run_dir, inventory)``. With
-    ``one_host`` (``--local`` on a fleet file), the fleet and ``limit`` must select exactly one host. Last, the
-    ``{env: NAME}`` secrets of the selected hosts must be set.
+    ``one_host`` (``--local`` on a fleet file), the fleet and ``limit`` must select exactly one host. Last, every
+    ``{env: NAME}`` secret of the fleet file must be set, as for ``apply``.
 
     Raises:
-        ConfigError: no such file, ``limit`` matches no host, not one host where ``one_host`` wants it, or a
-            selected host's ``{env: NAME}`` secret is unset. Exit 2; no run record is left.
+        ConfigError: no such file, ``limit`` matches no host, not one host where ``one_host`` wants it, or an
+            ``{env: NAME}`` secret is unset. Exit 2; no run record is left.
         FleetValidationError: the fleet file is invalid. Exit 2.
     """
     from gpuprov.fleet import load_fleet
@@ -128,22 +128,21 @@ def prepare_fleet(fleet_path: Path, name: str, limit: str | None, *, one_host: b
     try:
         selected = check_limit(inventory, limit)
         if one_host:
-            selected = _one_host(fleet.hosts, selected)
+            _one_host(fleet.hosts, selected)
         # an unset become password or URL secret stops here, before any host is probed
-        check_env_refs(fleet, selected)
+        check_env_refs(fleet)
     except ConfigError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: no run record to keep
         raise
     return run_dir, inventory
 
 
-def _one_host(hosts: Mapping[str, Any], selected: list[str] | None) -> list[str]:
-    """The one host of ``selected`` (every host of the fleet when None); ConfigError (exit 2) for any other count."""
+def _one_host(hosts: Mapping[str, Any], selected: list[str] | None) -> None:
+    """``selected`` (every host of the fleet when None) must be one host; ConfigError (exit 2) for any other count."""
     names = sorted(hosts) if selected is None else selected
     if len(names) != 1:
         raise ConfigError(f"--local runs on this machine as one host, but {len(names)} hosts are selected "
                           f"({', '.join(names)}) - add --limit HOST")
-    return names
 
 
 def local_extravars(python: str | None = None) -> dict[str, str]:

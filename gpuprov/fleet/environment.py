@@ -4,7 +4,7 @@ read from the controller's environment at run time, never written into the fleet
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.fleet.model import Fleet
@@ -20,17 +20,17 @@ def env_refs(value: object, path: str = "") -> Iterator[tuple[str, str]]:
             yield from env_refs(item, f"{path}.{key}" if path else str(key))
 
 
-def check_env_refs(fleet: Fleet, hosts: Collection[str] | None = None) -> None:
-    """Every secret the fleet file names as ``{env: NAME}`` for ``hosts`` (names; None: every host) must be set
-    before anything runs.
+def check_env_refs(fleet: Fleet) -> None:
+    """Every secret the fleet file names as ``{env: NAME}`` must be set before anything runs, whatever ``--limit``
+    selects (a secret missing for another host fails the next whole run anyway).
 
     Raises:
         ConfigError: the first variable unset or empty, naming the field and the variable.
     """
-    chosen = [h for name, h in fleet.hosts.items() if hosts is None or name in hosts]
-    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in chosen for p, n in env_refs(h.settings)]
+    hosts = fleet.hosts.values()
+    refs = [(f"hosts.{h.name}.settings.{p}", n) for h in hosts for p, n in env_refs(h.settings)]
     refs += [(f"hosts.{h.name}.become_password", h.connection.become_password_env)
-             for h in chosen if h.connection.become_password_env]
+             for h in hosts if h.connection.become_password_env]
     for field_path, name in refs:
         value = os.environ.get(name)
         if not value:  # an empty password or URL is no secret either: the run would fail on the host

@@ -196,26 +196,3 @@ def test_host_commands_stop_on_an_unset_secret_before_any_run(
     err = capsys.readouterr().err
     assert "hosts.gpu01.become_password: environment variable GPUPROV_T_BECOME is not set" in err, err
     assert not (tmp_path / "state" / "runs").exists() or not any((tmp_path / "state" / "runs").iterdir())
-
-
-def test_only_the_selected_hosts_secrets_must_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """doctor, facts and verify check the secrets of the hosts --limit selects: another host's unset proxy
-    secret does not stop a run that never reaches it."""
-    path = tmp_path / "f.yml"
-    path.write_text("""\
-version: 1
-ssh: {user: admin}
-settings:
-  os: debian12
-  gpus: {model: H200, count: 2}
-hosts:
-  gpu01: {address: 192.0.2.1}
-  gpu02: {address: 192.0.2.2, settings: {proxy: {http: {env: GPUPROV_T_PROXY2}}}}
-""")
-    fleet = load_fleet(path)
-    monkeypatch.delenv("GPUPROV_T_PROXY2", raising=False)
-    check_env_refs(fleet, ["gpu01"])
-    with pytest.raises(ConfigError, match=r"hosts\.gpu02\.settings\.proxy\.http: environment variable GPUPROV_T_PRO"):
-        check_env_refs(fleet, ["gpu01", "gpu02"])
-    with pytest.raises(ConfigError, match="GPUPROV_T_PROXY2"):
-        check_env_refs(fleet)
