@@ -47,7 +47,8 @@ def check_capacity(out, platform, gpus, s):
             "psu_unknown",
             "info",
             "psu",
-            "psu_watts is not set in the fleet file; GPUs draw up to %d W" % int(sum(gpu_w)),
+            "psu_watts is not set in the fleet file"
+            + ("; GPUs draw up to %d W" % int(sum(gpu_w)) if gpu_w else " (and NVML gives no GPU power limit)"),
             "set psu_watts for this host so the headroom can be checked",
         )
         return

@@ -314,3 +314,13 @@ def test_real_h200_host_has_no_failing_finding(findings_rules: ModuleType) -> No
     settings = {"expected_gpu_model": "H200", "expected_gpu_count": 2}
     failing = [f for f in findings_rules.evaluate(platform, gpus, settings) if f["severity"] == "fail"]
     assert failing == []
+
+
+def test_psu_unknown_says_the_gpus_draw_only_when_nvml_gives_their_limits(
+    findings_rules: ModuleType, profile_facts: Any, tmp_path: Path
+) -> None:
+    p = platform(findings_rules, tmp_path, healthy_h200())
+    with_nvml = [f for f in findings_rules.evaluate(p, profile_facts("h200x2"), H200) if f["id"] == "psu_unknown"]
+    assert "GPUs draw up to 1400 W" in with_nvml[0]["evidence"]  # 2 x 700 W (the mock NVML's H200 limits)
+    without = [f for f in findings_rules.evaluate(p, {"available": False}, H200) if f["id"] == "psu_unknown"]
+    assert without[0]["evidence"] == "psu_watts is not set in the fleet file (and NVML gives no GPU power limit)"
