@@ -20,12 +20,13 @@ def _state(state: Any, key: str, caller: str) -> Any:
     return state[key]
 
 
-def apt_pending(packages: Any, state: Any, versions: Any) -> list[str]:
+def apt_pending(packages: Any, state: Any, versions: Any = None) -> list[str]:
     """``names | gpuprov.gpu.apt_pending(state, versions)`` -> the names that ``ansible.builtin.apt`` with
     ``name=NAME=VERSION state=present`` would change, in ``names`` order: not installed, installed at another
     version, or marked automatically installed (apt marks each package it is asked for as manually installed).
 
-    ``versions``: one version for every name (a string) or name -> version (a dict; a name it lacks is pending).
+    ``versions``: one version for every name (a string), name -> version (a dict; a name it lacks is pending),
+    or None (the default) for ``name=NAME state=present``, which leaves any installed version as it is.
 
     Raises:
         AnsibleFilterError: ``state`` lacks ``versions`` or ``auto_installed``, or ``versions`` is neither a
@@ -33,13 +34,15 @@ def apt_pending(packages: Any, state: Any, versions: Any) -> list[str]:
     """
     installed = _state(state, "versions", "apt_pending")
     auto = set(_state(state, "auto_installed", "apt_pending"))
+    if versions is None:
+        return [str(n) for n in packages if n in auto or n not in installed]
     if isinstance(versions, str):
         wanted = {str(name): versions for name in packages}
     elif isinstance(versions, Mapping):
         wanted = {str(k): str(v) for k, v in versions.items()}
     else:
         raise AnsibleFilterError(
-            f"apt_pending: versions must be a version string or name -> version, not {type(versions).__name__}"
+            f"apt_pending: versions must be a version string, name -> version or none, not {type(versions).__name__}"
         )
     return [str(n) for n in packages if n in auto or n not in wanted or installed.get(n) != wanted[n]]
 

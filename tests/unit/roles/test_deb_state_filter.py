@@ -27,6 +27,12 @@ def test_apt_pending_names_what_apt_would_change() -> None:
     assert apt_pending([], STATE, "1") == []
 
 
+def test_apt_pending_without_versions_keeps_any_installed_version() -> None:
+    # name=NAME state=present: an installed, manually marked package stays at whatever version it has
+    assert apt_pending(["libnccl2", "libnccl-dev", "libnccl-tests"], STATE) == ["libnccl-dev", "libnccl-tests"]
+    assert apt_pending(["libnccl2"], STATE, None) == []
+
+
 def test_not_held_keeps_order_and_counts_unknown_packages() -> None:
     assert not_held(["libnccl-dev", "libnccl2", "libnccl-tests", "libnccl1"], STATE) == [
         "libnccl-dev", "libnccl-tests", "libnccl1"]  # fmt: skip
