@@ -78,5 +78,9 @@ def python_apt_interpreter():
         import apt  # noqa: F401  (probe only)
         import apt_pkg  # noqa: F401
     except ImportError:
-        return probe_interpreters_for_module(APT_INTERPRETERS, "apt")
+        # this interpreter, started the usual way, was just tried: a second start of it in a subprocess (tens of ms
+        # per call) would fail the same way
+        usual = not (sys.flags.no_site or sys.flags.isolated or sys.flags.ignore_environment)
+        tried = sys.executable if usual else None
+        return probe_interpreters_for_module([p for p in APT_INTERPRETERS if p != tried], "apt")
     return sys.executable

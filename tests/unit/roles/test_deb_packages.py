@@ -152,6 +152,17 @@ def test_module_reports_python_apt_as_apt_would_find_it(module: ModuleType, caps
     assert "ansible_facts" not in result
 
 
+def test_python_apt_probe_does_not_start_this_interpreter_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # this interpreter cannot import apt (the venv); a subprocess of the same interpreter could not either
+    if subprocess.run([sys.executable, "-c", "import apt, apt_pkg"], capture_output=True, check=False).returncode == 0:
+        pytest.skip("this interpreter imports python3-apt")
+    probed: list[list[str]] = []
+    monkeypatch.setattr(aptstate, "APT_INTERPRETERS", [sys.executable, "/nonexistent/python3"])
+    monkeypatch.setattr(aptstate, "probe_interpreters_for_module", lambda paths, name: probed.append(paths))
+    aptstate.python_apt_interpreter()
+    assert probed == [["/nonexistent/python3"]]
+
+
 def test_module_fails_without_dpkg(module: ModuleType, capsys: pytest.CaptureFixture[str],
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
