@@ -1,9 +1,10 @@
 """The drift report of ``gpuprov check FILE --json PATH``: per host, desired vs installed for each component.
 
-Installed state is read on the hosts by ``roles/verify/tasks/drift.yml`` (gpuprov.gpu.deb_packages, which
-reads dpkg-query and needs no python3-apt; NVML; the container runtime's configuration files; ``nvidia-smi mig
--lgi``; for CUDA and cuDNN installed from NVIDIA's runfile or archive, the record the role keeps next to the
-toolkit) and published with the desired values (the verify role's ``verify_expected_*`` variables) as the fact
+Installed state is read on the hosts by ``roles/verify/tasks/drift.yml`` (one gpuprov.gpu.host_state call, which
+reads dpkg-query and needs no python3-apt: the packages, the container runtime's configuration files, for CUDA and
+cuDNN installed from NVIDIA's runfile or archive the record the role keeps next to the toolkit, the marker of an
+unfinished ``gpuprov upgrade`` and the runfile driver's recorded version; NVML; ``nvidia-smi mig -lgi``) and
+published with the desired values (the verify role's ``verify_expected_*`` variables) as the fact
 ``verify_drift``. :func:`compare` turns one host's fact into ``{component: {desired, installed, in_sync,
 note}}`` for the components in :data:`COMPONENTS`.
 
@@ -14,7 +15,6 @@ Package names are NVIDIA's (CUDA repository): the driver set as the collection n
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import re
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
-from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions
 from ansible_collections.gpuprov.gpu.plugins.module_utils.kernels import kernel_metas
 from ansible_collections.gpuprov.gpu.plugins.plugin_utils.driver_packages import (
     driver_packages,
@@ -242,12 +241,12 @@ def _library(key: str, pattern: str, want: dict[str, Any], packages: dict[str, s
 
 
 def _record(content: Any) -> dict[str, Any] | None:
-    """A role's record of what it installed from one of NVIDIA's files (base64 JSON, as slurp reads it) -> the
-    mapping; None when the file is absent or not a JSON object."""
+    """A role's record of what it installed from one of NVIDIA's files (JSON text) -> the mapping; None when the
+    file is absent or not a JSON object."""
     if not content:
         return None
     try:
-        data = json.loads(base64.b64decode(str(content)))
+        data = json.loads(str(content))
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
@@ -283,7 +282,7 @@ def _runtime(want: dict[str, Any], packages: dict[str, str], files: dict[str, An
 
     def text(path: str) -> str | None:
         content = files.get(path)
-        return base64.b64decode(str(content)).decode("utf-8", "replace") if content else None
+        return None if content is None else str(content)
 
     if runtime == "docker":
         path, raw = "/etc/docker/daemon.json", text("/etc/docker/daemon.json")
@@ -322,12 +321,12 @@ def _list(value: Any) -> list[Any]:
 
 
 def _upgrade(marker: Any) -> dict[str, Any]:
-    """An unfinished ``gpuprov upgrade``: the marker (base64 JSON) playbooks/tasks/upgrade_host.yml leaves on a host
+    """An unfinished ``gpuprov upgrade``: the marker (JSON text) playbooks/tasks/upgrade_host.yml leaves on a host
     from stopping its GPU services until it passed the verify ladder."""
     if not marker:
         return _entry("finished", None, True)
     try:
-        state = json.loads(base64.b64decode(str(marker)))
+        state = json.loads(str(marker))
     except (ValueError, TypeError):
         state = {}
     if not isinstance(state, dict):  # a marker damaged on the host (e.g. a disk that filled up) is still unfinished
@@ -344,13 +343,12 @@ def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:
     component of :data:`COMPONENTS` (versions are Debian package versions or NVML's driver version)."""
     want = drift.get("desired") or {}
     have = drift.get("installed") or {}
-    packages = installed_versions(have.get("packages") or {})
-    selections = {n: str(e.get("selection")) for n, e in (have.get("packages") or {}).items() if isinstance(e, dict)}
+    packages = {str(n): str(v) for n, v in (have.get("versions") or {}).items()}
+    selections = {str(n): str(v) for n, v in (have.get("selections") or {}).items()}
     nvml = have.get("nvml") or {}
-    files = {str(r.get("item")): r.get("content") for r in have.get("runtime_files") or [] if isinstance(r, dict)}
+    files = {str(p): t for p, t in (have.get("files") or {}).items()}
     toolkit, runtime = _runtime(want, packages, files)
-    records = {str(r.get("item")).rsplit("/", maxsplit=1)[-1]: _record(r.get("content"))
-               for r in have.get("records") or [] if isinstance(r, dict)}
+    records = {p.rsplit("/", maxsplit=1)[-1]: _record(t) for p, t in files.items()}
     cuda = (_from_file("cuda", want.get("cuda_version"), want.get("cuda_runfile_sha256"),
                        records.get("gpuprov-runfile.json"), "gpuprov-runfile.json")
             if want.get("cuda_method") == "runfile" else _cuda(want, packages))

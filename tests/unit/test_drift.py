@@ -7,14 +7,13 @@ h200x2 capture through the real collector.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 from typing import Any
 
 import pytest
 from ansible_collections.gpuprov.gpu.plugins.module_utils import miglayout
-from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import parse_dpkg_query
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_versions, parse_dpkg_query
 from nvml_fake import FakeNvml
 from test_verify import MIG_LGI
 
@@ -40,7 +39,7 @@ PACKAGES = "\n".join([
     "nvidia-container-toolkit\tamd64\t1.17.8-1\tinstall ok installed",
     "libcudnn8\tamd64\t\tunknown ok not-installed",
 ])
-DAEMON = base64.b64encode(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}).encode()).decode()
+DAEMON = json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}})
 
 
 
@@ -53,15 +52,25 @@ def nvml() -> dict[str, Any]:
     return facts
 
 
+def _installed_packages(dpkg_text: str) -> dict[str, dict[str, str]]:
+    """dpkg-query lines -> the ``versions`` and ``selections`` the drift probe's host_state read publishes."""
+    packages = parse_dpkg_query(dpkg_text)
+    return {"versions": installed_versions(packages),
+            "selections": {name: entry["selection"] for name, entry in packages.items()}}
+
+
 def _fact(nvml: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    installed = {"kernel": "6.8.0-60-generic", "packages": parse_dpkg_query(PACKAGES), "nvml": nvml,
-                 "runtime_files": [{"item": "/etc/docker/daemon.json", "content": DAEMON},
-                                   {"item": "/etc/containerd/config.toml", "failed": True, "msg": "not found"}],
+    """A ``verify_drift`` fact; ``installed__packages`` takes dpkg-query lines, the rest as the probe publishes."""
+    installed = {"kernel": "6.8.0-60-generic", **_installed_packages(PACKAGES), "nvml": nvml,
+                 "files": {"/etc/docker/daemon.json": DAEMON, "/etc/containerd/config.toml": None},
                  "mig_instances": ""}
     fact = {"desired": copy.deepcopy(DESIRED), "installed": installed}
     for key, value in changes.items():
         section, _, name = key.partition("__")
-        fact[section][name] = parse_dpkg_query(value) if name == "packages" else value
+        if name == "packages":
+            fact[section].update(_installed_packages(value))
+        else:
+            fact[section][name] = value
     return fact
 
 
@@ -137,14 +146,13 @@ def test_kernel_hold_shows_an_unheld_kernel_meta_as_drift(nvml: dict[str, Any]) 
 
 
 def test_runtime_config_docker_and_containerd(nvml: dict[str, Any]) -> None:
-    empty = base64.b64encode(b"{}").decode()
-    files = [{"item": "/etc/docker/daemon.json", "content": empty}]
-    result = drift.compare(_fact(nvml, installed__runtime_files=files))
+    result = drift.compare(_fact(nvml, installed__files={"/etc/docker/daemon.json": "{}"}))
     assert result["runtime_config"]["note"] == "/etc/docker/daemon.json has no nvidia runtime"
-    toml = base64.b64encode(b'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n').decode()
+    missing = drift.compare(_fact(nvml, installed__files={"/etc/docker/daemon.json": None}))
+    assert missing["runtime_config"]["note"] == "/etc/docker/daemon.json is missing"
+    toml = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
     containerd = drift.compare(_fact(nvml, desired__container_runtime="containerd",
-                                     installed__runtime_files=[{"item": "/etc/containerd/config.toml",
-                                                                "content": toml}]))
+                                     installed__files={"/etc/containerd/config.toml": toml}))
     assert containerd["runtime_config"]["in_sync"]
     none = drift.compare(_fact(nvml, desired__container_runtime="none", installed__packages=""))
     assert none["container_toolkit"]["in_sync"] and none["runtime_config"]["in_sync"]
@@ -258,6 +266,26 @@ def test_the_verify_role_publishes_the_desired_keys_drift_reads() -> None:
     assert all(re.fullmatch(r"\{\{ verify_\w+( \| bool)? \}\}", str(v)) for v in desired.values()), desired
 
 
+def test_the_probe_publishes_the_installed_keys_drift_reads_and_the_upgrade_marker_the_upgrade_writes() -> None:
+    """``verify_drift.installed`` has the keys gpuprov.drift reads (``have.get(KEY)``), and the marker it reads is the
+    file playbooks/tasks/upgrade_host.yml leaves while an upgrade is under way."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    tasks = yaml.safe_load((root / "roles" / "verify" / "tasks" / "drift.yml").read_text(encoding="utf-8"))
+    (publish,) = [t for t in tasks if "verify_drift" in (t.get("ansible.builtin.set_fact") or {})]
+    installed = publish["ansible.builtin.set_fact"]["verify_drift"]["installed"]
+    source = Path(drift.__file__).read_text(encoding="utf-8")
+    assert set(installed) == set(re.findall(r'have\.get\("(\w+)"\)', source))
+    verify_vars = yaml.safe_load((root / "roles" / "verify" / "vars" / "main.yml").read_text(encoding="utf-8"))
+    upgrade = yaml.safe_load((root / "playbooks" / "tasks" / "upgrade_host.yml").read_text(encoding="utf-8"))
+    (names,) = [t for t in upgrade if "__upgrade_marker" in (t.get("ansible.builtin.set_fact") or {})]
+    assert verify_vars["__verify_drift_upgrade_marker"] == names["ansible.builtin.set_fact"]["__upgrade_marker"]
+
+
 def _dpkg(*rows: tuple[str, str]) -> str:
     return "\n".join(f"{name}\tamd64\t{version}\tinstall ok installed" for name, version in rows)
 
@@ -335,7 +363,7 @@ def test_fabric_manager_of_590_and_later_matches_the_unbranched_set(nvml: dict[s
 
 
 def _record(data: dict[str, Any]) -> str:
-    return base64.b64encode(json.dumps(data).encode()).decode()
+    return json.dumps(data)
 
 
 def test_runfile_and_archive_are_compared_with_the_roles_records(nvml: dict[str, Any]) -> None:
@@ -343,23 +371,21 @@ def test_runfile_and_archive_are_compared_with_the_roles_records(nvml: dict[str,
     installed; another sha256 or version is drift, a missing record is drift."""
     sha_run, sha_arc = "a" * 64, "b" * 64
     no_packages = "\n".join(line for line in PACKAGES.splitlines() if not line.startswith(("cuda-", "libcudnn")))
-    records = [{"item": "/usr/local/cuda-12.8/gpuprov-runfile.json",
-                "content": _record({"version": "12.8.1", "sha256": sha_run})},
-               {"item": "/usr/local/cuda-12.8/gpuprov-cudnn.json",
-                "content": _record({"version": "9.10.2", "sha256": sha_arc, "archive": "x", "files": []})}]
+    records = {"/usr/local/cuda-12.8/gpuprov-runfile.json": _record({"version": "12.8.1", "sha256": sha_run}),
+               "/usr/local/cuda-12.8/gpuprov-cudnn.json": _record({"version": "9.10.2", "sha256": sha_arc,
+                                                                    "archive": "x", "files": []})}
     want = {"desired__cuda_version": "12.8.1", "desired__cuda_method": "runfile",
             "desired__cuda_runfile_sha256": sha_run, "desired__cudnn_method": "archive",
             "desired__cudnn_archive_sha256": sha_arc, "installed__packages": no_packages}
-    result = drift.compare(_fact(nvml, installed__records=records, **want))
+    result = drift.compare(_fact(nvml, installed__files=records, **want))
     assert result["cuda"] == {"desired": {"version": "12.8.1", "sha256": sha_run},
                               "installed": {"version": "12.8.1", "sha256": sha_run}, "in_sync": True, "note": None}
     assert result["cudnn"]["in_sync"] and result["cudnn"]["installed"] == {"version": "9.10.2", "sha256": sha_arc}
-    other = drift.compare(_fact(nvml, installed__records=records, **dict(want, desired__cudnn_archive_sha256="c" * 64,
+    other = drift.compare(_fact(nvml, installed__files=records, **dict(want, desired__cudnn_archive_sha256="c" * 64,
                                                                           desired__cuda_version="12.8.0")))
     assert other["cudnn"]["note"] == f"gpuprov-cudnn.json records another file (sha256 {sha_arc})"
     assert other["cuda"]["note"] == "gpuprov-runfile.json records cuda 12.8.1"
-    absent = drift.compare(_fact(nvml, installed__records=[{"item": r["item"], "failed": True} for r in records],
-                                 **want))
+    absent = drift.compare(_fact(nvml, installed__files=dict.fromkeys(records), **want))
     assert not absent["cuda"]["in_sync"] and absent["cuda"]["installed"] is None
     assert absent["cudnn"]["note"] == "no gpuprov-cudnn.json next to the toolkit: not installed from the file"
     # the package rule still applies to a package host: the same packages-free host is drift there
@@ -381,26 +407,21 @@ def test_a_runfile_driver_is_read_from_the_installers_record(nvml: dict[str, Any
     none = drift.compare(_fact(nvml, installed__packages=packages, installed__runfile_version=""))
     assert none["driver"]["installed"]["runfile_version"] is None and "runfile" not in none["driver"]["note"]
 def test_an_unfinished_upgrade_is_drift_naming_what_it_left_stopped() -> None:
-    import base64
-    import json
-
     from gpuprov.drift import compare
 
     marker = {"stage": "stopped", "units": ["nvidia-dcgm.service"], "containers": [{"id": "c1", "name": "trainer"}]}
-    encoded = base64.b64encode(json.dumps(marker).encode()).decode()
-    entry = compare({"desired": {}, "installed": {"upgrade_marker": encoded}})["upgrade"]
+    entry = compare({"desired": {}, "installed": {"upgrade_marker": json.dumps(marker)}})["upgrade"]
     assert entry["in_sync"] is False and entry["installed"] == marker
     assert "stage stopped with nvidia-dcgm.service, trainer stopped" in entry["note"]
     assert compare({"desired": {}, "installed": {}})["upgrade"]["in_sync"] is True
+    assert compare({"desired": {}, "installed": {"upgrade_marker": None}})["upgrade"]["in_sync"] is True
 
 
 @pytest.mark.parametrize("content", [b"[]", b'"stopped"', b'{"units": "nvidia-dcgm.service", "containers": ["x", 1]}',
                                      b"{truncated"])
 def test_a_damaged_upgrade_marker_is_still_an_unfinished_upgrade(content: bytes) -> None:
-    import base64
-
     from gpuprov.drift import compare
 
-    entry = compare({"desired": {}, "installed": {"upgrade_marker": base64.b64encode(content).decode()}})["upgrade"]
+    entry = compare({"desired": {}, "installed": {"upgrade_marker": content.decode()}})["upgrade"]
     assert entry["in_sync"] is False
     assert "with nothing stopped: run gpuprov upgrade again" in entry["note"]
