@@ -32,9 +32,11 @@ def path_state(path):
 
 
 def read_text(path):
-    """The text of ``path`` (UTF-8, errors replaced), or None when it does not exist or cannot be read."""
+    """The text of ``path`` (UTF-8, errors replaced), or None when it does not exist or cannot be read. Line endings
+    are kept as they are on disk (no ``\r\n`` -> ``\n`` translation), so a file that differs from a text only in
+    them reads as different."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
             return handle.read()
     except OSError:
         return None

@@ -26,13 +26,15 @@ def test_same_text_mode_and_owner_is_no_change(tmp_path) -> None:
     [
         ("export A=1\n", 0o644, 0, "export A=2\n"),  # the text differs
         ("export A=1", 0o644, 0, "export A=1\n"),  # only the trailing newline differs
+        ("export A=1\r\n", 0o644, 0, "export A=1\n"),  # only the line ending differs (a file saved on Windows)
+        ("export A=1\r", 0o644, 0, "export A=1\n"),
         ("export A=1\n", 0o600, 0, "export A=1\n"),  # the mode differs
         ("export A=1\n", 0o644, 1, "export A=1\n"),  # the owner differs
     ],
 )
 def test_a_difference_in_text_mode_or_owner_is_a_change(tmp_path, text, mode, owner_shift, content) -> None:
     f = tmp_path / "cuda.sh"
-    f.write_text(text)
+    f.write_bytes(text.encode())  # as it is on disk: no newline translation
     f.chmod(mode)
     st = f.stat()
     assert file_differs(_state(str(f)), str(f), content, "0644", st.st_uid + owner_shift, st.st_gid) is True
