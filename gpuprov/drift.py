@@ -316,26 +316,41 @@ def _mig(want: dict[str, Any], nvml: dict[str, Any], instances_text: str) -> dic
     return _entry({"layout": layout, "gpus": desired}, installed, not problems, "; ".join(problems) or None)
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+#: The marker playbooks/tasks/upgrade_host.yml (__upgrade_marker) leaves from stopping a host's GPU services until it
+#: passed the verify ladder; the verify role's drift probe reads it (__verify_drift_upgrade_marker).
+UPGRADE_MARKER = "/var/lib/gpuprov/upgrade.json"
 
 
 def _upgrade(marker: Any) -> dict[str, Any]:
     """An unfinished ``gpuprov upgrade``: the marker (JSON text) playbooks/tasks/upgrade_host.yml leaves on a host
-    from stopping its GPU services until it passed the verify ladder."""
+    from stopping its GPU services until it passed the verify ladder. A damaged marker (not JSON, not an object, no
+    ``stage``, ``units`` or ``modules`` not a list of names, ``containers`` not a list of objects with an ``id``, e.g.
+    after an edit by hand) is drift too, with ``installed`` None: it no longer says what that upgrade stopped, so the
+    upgrade play cannot finish it (see :func:`damaged_upgrade`)."""
     if not marker:
         return _entry("finished", None, True)
     try:
         state = json.loads(str(marker))
     except (ValueError, TypeError):
-        state = {}
-    if not isinstance(state, dict):  # a marker damaged on the host (e.g. a disk that filled up) is still unfinished
-        state = {}
-    units = [u for u in _list(state.get("units")) if isinstance(u, str)]
-    containers = [str(c.get("name", "?")) for c in _list(state.get("containers")) if isinstance(c, dict)]
-    stopped = ", ".join([*units, *containers])
-    return _entry("finished", state, False, f"an upgrade stopped at stage {state.get('stage', '?')} with "
+        state = None
+    state = state if isinstance(state, dict) else {}
+    units, modules, containers = (state.get(key, []) for key in ("units", "modules", "containers"))
+    if (not isinstance(state.get("stage"), str)
+            or not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in (units, modules))
+            or not isinstance(containers, list) or not all(isinstance(c, dict) and "id" in c for c in containers)):
+        return _entry("finished", None, False,
+                      f"{UPGRADE_MARKER}, the marker of an unfinished upgrade, is damaged and no longer says what it "
+                      "stopped: start the GPU services and containers by hand, remove the file, then run gpuprov "
+                      "upgrade again")
+    stopped = ", ".join([*units, *(str(c.get("name", c["id"])) for c in containers)])
+    return _entry("finished", state, False, f"an upgrade stopped at stage {state['stage']} with "
                   f"{stopped or 'nothing'} stopped: run gpuprov upgrade again to finish it")
+
+
+def damaged_upgrade(entry: dict[str, Any]) -> bool:
+    """Whether a host's ``upgrade`` component (:func:`compare`) is a damaged marker, which ``gpuprov upgrade``
+    refuses (the upgrade play would fail reading it) rather than plans."""
+    return not entry["in_sync"] and entry["installed"] is None
 
 
 def compare(drift: dict[str, Any]) -> dict[str, dict[str, Any]]:

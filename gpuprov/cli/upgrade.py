@@ -88,13 +88,19 @@ def command(fleet: Path, serial: str, max_fail: int, kill_holders: bool, check: 
     check_options(ApplyOptions(fleet=fleet, limit=limit, extravars=pairs, forks=forks, json_path=json_path,
                                playbook="upgrade"))
     probe = drift.fleet_drift(fleet, limit, parse_extravars(extravars))
-    plan = {host: [c for c in STACK if not comps[c]["in_sync"]] for host, comps in probe.hosts.items()}
+    # a damaged marker no longer says what an earlier upgrade stopped: the upgrade play cannot finish that host
+    damaged = {host: comps["upgrade"]["note"] for host, comps in probe.hosts.items()
+               if drift.damaged_upgrade(comps["upgrade"])}
+    probe.failed.update(damaged)
+    plan = {host: [c for c in STACK if not comps[c]["in_sync"]] for host, comps in probe.hosts.items()
+            if host not in damaged}
     for host, components in plan.items():
         console.print(f"{host}: " + (", ".join(_change(c, probe.hosts[host][c]) for c in components) if components
                                      else "runs the fleet file's driver and CUDA stack: nothing to upgrade"),
                       markup=False, highlight=False)
     for host, message in sorted(probe.failed.items()):
-        console.print(f"{host}: cannot read the installed stack: {message}", style="red", markup=False)
+        console.print(f"{host}: {'' if host in damaged else 'cannot read the installed stack: '}{message}",
+                      style="red", markup=False)
     moving = [host for host, components in plan.items() if components]
     code = 0
     if moving:

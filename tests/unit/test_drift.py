@@ -284,6 +284,7 @@ def test_the_probe_publishes_the_installed_keys_drift_reads_and_the_upgrade_mark
     upgrade = yaml.safe_load((root / "playbooks" / "tasks" / "upgrade_host.yml").read_text(encoding="utf-8"))
     (names,) = [t for t in upgrade if "__upgrade_marker" in (t.get("ansible.builtin.set_fact") or {})]
     assert verify_vars["__verify_drift_upgrade_marker"] == names["ansible.builtin.set_fact"]["__upgrade_marker"]
+    assert verify_vars["__verify_drift_upgrade_marker"] == drift.UPGRADE_MARKER
 
 
 def _dpkg(*rows: tuple[str, str]) -> str:
@@ -418,10 +419,17 @@ def test_an_unfinished_upgrade_is_drift_naming_what_it_left_stopped() -> None:
 
 
 @pytest.mark.parametrize("content", [b"[]", b'"stopped"', b'{"units": "nvidia-dcgm.service", "containers": ["x", 1]}',
-                                     b"{truncated"])
-def test_a_damaged_upgrade_marker_is_still_an_unfinished_upgrade(content: bytes) -> None:
-    from gpuprov.drift import compare
+                                     b'{"stage": "stopped", "units": "nvidia-dcgm.service"}',
+                                     b'{"stage": "stopped", "containers": ["trainer"]}', b"{truncated"])
+def test_a_damaged_upgrade_marker_is_drift_that_upgrade_cannot_finish(content: bytes) -> None:
+    # the upgrade play reads units and containers as lists (playbooks/tasks/upgrade_host.yml, "Record the plan"): a
+    # marker it cannot read names the manual fix, not "run gpuprov upgrade again"
+    from gpuprov.drift import compare, damaged_upgrade
 
     entry = compare({"desired": {}, "installed": {"upgrade_marker": content.decode()}})["upgrade"]
-    assert entry["in_sync"] is False
-    assert "with nothing stopped: run gpuprov upgrade again" in entry["note"]
+    assert entry["in_sync"] is False and entry["installed"] is None and damaged_upgrade(entry)
+    assert entry["note"].startswith("/var/lib/gpuprov/upgrade.json, the marker of an unfinished upgrade, is damaged")
+    assert "remove the file, then run gpuprov upgrade again" in entry["note"]
+    marker = {"stage": "stopping", "units": ["nvidia-dcgm.service"]}
+    assert not damaged_upgrade(compare({"desired": {}, "installed": {"upgrade_marker": json.dumps(marker)}})["upgrade"])
+    assert not damaged_upgrade(compare({"desired": {}, "installed": {}})["upgrade"])

@@ -246,3 +246,28 @@ def test_the_first_marker_of_a_run_keeps_an_earlier_unloaded_stage(unfinished: s
     content = Templar(loader=DataLoader(), variables=variables).template(
         trust_as_template(task["ansible.builtin.copy"]["content"]))
     assert json.loads(content)["stage"] == stage
+
+
+def test_a_damaged_marker_refuses_its_host_with_the_manual_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The upgrade play cannot read a damaged marker (no list of what the earlier upgrade stopped): the host is not
+    planned but reported with the fix and in the resume command, exit 3; a host in sync is left alone."""
+    from gpuprov import drift
+    from gpuprov.cli import upgrade
+    from gpuprov.cli.__main__ import main
+
+    def run_fleet(*_args: object) -> None:
+        raise AssertionError("the upgrade play ran")
+
+    in_sync = {c: {"desired": None, "installed": None, "in_sync": True, "note": None} for c in drift.COMPONENTS}
+    damaged = drift.compare({"desired": {}, "installed": {"upgrade_marker": "{truncated"}})["upgrade"]
+    probe = drift.FleetDrift(hosts={"gpu01": {**in_sync, "upgrade": damaged}, "gpu02": in_sync})
+    monkeypatch.setattr(drift, "fleet_drift", lambda *_args: probe)
+    monkeypatch.setattr(upgrade, "run_fleet", run_fleet)
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text(FLEET)
+    assert main(["upgrade", str(fleet)]) == EXIT_HOSTS_FAILED
+    out = " ".join(capsys.readouterr().out.split())
+    assert "gpu01: /var/lib/gpuprov/upgrade.json, the marker of an unfinished upgrade, is damaged" in out
+    assert "gpu02: runs the fleet file's driver and CUDA stack: nothing to upgrade" in out
+    assert out.endswith("--limit gpu01")
