@@ -32,7 +32,7 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
 
     Exit codes: 0 in sync, 1 drift, 2 invalid input, 3 hosts failed or unreachable.
     """
-    from gpuprov import drift
+    from gpuprov import drift_report
 
     console = output.console(highlight=False)
     if json_path is not None:
@@ -43,8 +43,8 @@ def command(fleet: Path, roles: tuple[str, ...], tags: str | None, skip_tags: st
                                check=True, diff=True, extravars=run_extravars(extravars, allow_branch_change),
                                forks=forks, verbosity=verbosity, json_path=summary_path, argv=invocation_argv())
         results = TaskResults() if json_path is not None else None
-        # with --json the drift probe runs after the site's plays, in the same run (drift.DRIFT_PLAY)
-        code = execute(options, console, then=drift.DRIFT_PLAY if results is not None else None, results=results)
+        # with --json the drift probe runs after the site's plays, in the same run (drift_report.DRIFT_PLAY)
+        code = execute(options, console, then=drift_report.DRIFT_PLAY if results is not None else None, results=results)
         if results is not None and json_path is not None and summary_path is not None:
             code = _drift_report(code, json.loads(summary_path.read_text(encoding="utf-8")), results, json_path,
                                  console)
@@ -56,15 +56,16 @@ def _drift_report(code: int, summary: dict[str, Any], results: TaskResults, json
                   console: Console) -> int:
     """The drift report from the run's drift probe: print its tables, write summary + ``drift`` to
     ``json_path``; return the exit code."""
-    from gpuprov import drift
+    from gpuprov import drift_report
     from gpuprov.recap import write_summary
 
     hosts = summary.get("hosts") or {}
     failed = {host: f"{hosts.get(host, {}).get('status', 'failed')} before the drift probe"
               for host in summary.get("failed_hosts") or []}  # fmt: skip
-    report = drift.drift_of(results, failed, hosts, Path(str(summary["run_dir"])) if summary.get("run_dir") else None)
+    run_dir = Path(str(summary["run_dir"])) if summary.get("run_dir") else None
+    report = drift_report.drift_of(results, failed, hosts, run_dir)
     for host, components in report.hosts.items():
-        console.print(drift.drift_table(host, components))
+        console.print(drift_report.drift_table(host, components))
     for host, message in sorted(report.failed.items()):
         console.print(f"{host}: drift probe failed: {message}", style="red", markup=False)
     if report.drifted:

@@ -79,7 +79,7 @@ def command(fleet: Path, serial: str, max_fail: int, kill_holders: bool, check: 
     Exit codes: 0 every host upgraded (with --check: nothing to change), 1 changes planned (--check only),
     2 invalid input, 3 the rollout stopped (failed or unreachable hosts; the resume command is printed).
     """
-    from gpuprov import drift
+    from gpuprov import drift, drift_report
     from gpuprov.runner import parse_extravars
 
     console = output.console(highlight=False)
@@ -87,7 +87,7 @@ def command(fleet: Path, serial: str, max_fail: int, kill_holders: bool, check: 
     # what needs no host is checked before the probe reaches the hosts (an unset {env: NAME}, --forks 0)
     check_options(ApplyOptions(fleet=fleet, limit=limit, extravars=pairs, forks=forks, json_path=json_path,
                                playbook="upgrade"))
-    probe = drift.fleet_drift(fleet, limit, parse_extravars(extravars))
+    probe = drift_report.fleet_drift(fleet, limit, parse_extravars(extravars))
     # a damaged marker no longer says what an earlier upgrade stopped: the upgrade play cannot finish that host
     damaged = {host: comps["upgrade"]["note"] for host, comps in probe.hosts.items()
                if drift.damaged_upgrade(comps["upgrade"])}

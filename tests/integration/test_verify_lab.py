@@ -87,7 +87,7 @@ def test_verify_cli_exit_code_follows_a_failed_step(lab_fleet: tuple[Any, Path],
 
 
 def test_check_json_reports_drift_on_a_fresh_host(lab_fleet: tuple[Any, Path], tmp_path: Path) -> None:
-    from gpuprov.drift import fleet_drift
+    from gpuprov.drift_report import fleet_drift
 
     _container, fleet = lab_fleet
     report = fleet_drift(fleet)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gpuprov.doctor import doctor_play
-from gpuprov.drift import DRIFT_PLAY
+from gpuprov.drift_report import DRIFT_PLAY
 from gpuprov.facts import FACTS_PLAY
 from gpuprov.resources import collections_path
 

@@ -17,7 +17,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import installed_v
 from nvml_fake import FakeNvml
 from test_verify import MIG_LGI
 
-from gpuprov import drift
+from gpuprov import drift, drift_report
 from gpuprov.facts import collect_with
 
 DESIRED = {"driver_branch": "580", "driver_version": "580.159.04", "driver_flavour": "open", "nvswitch": True,
@@ -176,7 +176,7 @@ def test_mig_layout_compares_mode_and_instances(nvml: dict[str, Any]) -> None:
 
 
 def test_fleet_drift_lists_drifted_components() -> None:
-    report = drift.FleetDrift(hosts={"a": {"nccl": {"in_sync": False}, "cuda": {"in_sync": True}},
+    report = drift_report.FleetDrift(hosts={"a": {"nccl": {"in_sync": False}, "cuda": {"in_sync": True}},
                                      "b": {"nccl": {"in_sync": True}}})
     assert report.drifted == {"a": ["nccl"]}
     assert report.to_json()["drifted"] == {"a": ["nccl"]}

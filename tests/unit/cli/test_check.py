@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuprov import drift
+from gpuprov import drift_report
 from gpuprov.cli import check
 from gpuprov.cli.__main__ import main
 from gpuprov.engine import ApplyOptions
@@ -17,7 +17,7 @@ from gpuprov.hostplay import TaskResults
 
 @pytest.fixture
 def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
-    state: dict[str, Any] = {"code": 0, "drift": drift.FleetDrift(run_dir=tmp_path), "drift_runs": 0,
+    state: dict[str, Any] = {"code": 0, "drift": drift_report.FleetDrift(run_dir=tmp_path), "drift_runs": 0,
                              "failed_hosts": []}  # fmt: skip
 
     def execute(options: ApplyOptions, console: Any, then: Any = None, results: Any = None) -> int:
@@ -28,14 +28,14 @@ def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
         code: int = state["code"]
         return code
 
-    def drift_of(results: Any, failed: dict[str, str], seen: Any, run_dir: Any) -> drift.FleetDrift:
+    def drift_of(results: Any, failed: dict[str, str], seen: Any, run_dir: Any) -> drift_report.FleetDrift:
         state["drift_runs"] += 1
         state["drift_of"] = (results, failed, set(seen))
-        result: drift.FleetDrift = state["drift"]
+        result: drift_report.FleetDrift = state["drift"]
         return result
 
     monkeypatch.setattr(check, "execute", execute)
-    monkeypatch.setattr(drift, "drift_of", drift_of)
+    monkeypatch.setattr(drift_report, "drift_of", drift_of)
     (tmp_path / "fleet.yml").write_text("x")
     return state
 
@@ -93,7 +93,7 @@ def test_the_drift_probe_runs_after_the_sites_plays_in_the_same_run(fakes: dict[
     fakes["failed_hosts"], fakes["code"] = ["a"], 3
     out = tmp_path / "check.json"
     assert main(["check", str(tmp_path / "fleet.yml"), "--json", str(out), "-e", "ansible_connection=local"]) == 3
-    assert fakes["then"] is drift.DRIFT_PLAY and fakes["results"] is fakes["drift_of"][0]
+    assert fakes["then"] is drift_report.DRIFT_PLAY and fakes["results"] is fakes["drift_of"][0]
     assert "ansible_connection=local" in fakes["options"].extravars
     assert fakes["drift_of"][1:] == ({"a": "failed before the drift probe"}, {"a"})
 
@@ -103,6 +103,6 @@ def test_drift_of_a_run_compares_what_each_host_published() -> None:
     fact = {"desired": {}, "installed": {}}
     results({"event": "runner_on_ok", "event_data": {"host": "a", "task": "Drift | Publish",
                                                      "res": {"ansible_facts": {"verify_drift": fact}}}})  # fmt: skip
-    report = drift.drift_of(results, {"c": "unreachable before the drift probe"}, ["a", "b", "c"], None)
+    report = drift_report.drift_of(results, {"c": "unreachable before the drift probe"}, ["a", "b", "c"], None)
     assert set(report.hosts) == {"a"}
     assert report.failed == {"b": "the drift probe published nothing", "c": "unreachable before the drift probe"}

@@ -60,14 +60,14 @@ def test_bad_batch_options_exit_2_before_anything_runs(tmp_path: Path, option: s
 def test_input_that_needs_no_host_exits_2_before_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str], fleet_text: str,
                                                            args: list[str], says: str) -> None:
-    from gpuprov import drift
+    from gpuprov import drift_report
     from gpuprov.cli.__main__ import main
 
     def probe(*_args: object) -> None:
         raise AssertionError("the drift probe ran")
 
     monkeypatch.delenv("GPUPROV_TEST_UNSET_PROXY", raising=False)
-    monkeypatch.setattr(drift, "fleet_drift", probe)
+    monkeypatch.setattr(drift_report, "fleet_drift", probe)
     fleet = tmp_path / "fleet.yml"
     fleet.write_text(fleet_text)
     assert main(["upgrade", str(fleet), "--check", *args]) == 2
@@ -252,7 +252,7 @@ def test_a_damaged_marker_refuses_its_host_with_the_manual_fix(tmp_path: Path, m
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The upgrade play cannot read a damaged marker (no list of what the earlier upgrade stopped): the host is not
     planned but reported with the fix and in the resume command, exit 3; a host in sync is left alone."""
-    from gpuprov import drift
+    from gpuprov import drift, drift_report
     from gpuprov.cli import upgrade
     from gpuprov.cli.__main__ import main
 
@@ -261,8 +261,8 @@ def test_a_damaged_marker_refuses_its_host_with_the_manual_fix(tmp_path: Path, m
 
     in_sync = {c: {"desired": None, "installed": None, "in_sync": True, "note": None} for c in drift.COMPONENTS}
     damaged = drift.compare({"desired": {}, "installed": {"upgrade_marker": "{truncated"}})["upgrade"]
-    probe = drift.FleetDrift(hosts={"gpu01": {**in_sync, "upgrade": damaged}, "gpu02": in_sync})
-    monkeypatch.setattr(drift, "fleet_drift", lambda *_args: probe)
+    probe = drift_report.FleetDrift(hosts={"gpu01": {**in_sync, "upgrade": damaged}, "gpu02": in_sync})
+    monkeypatch.setattr(drift_report, "fleet_drift", lambda *_args: probe)
     monkeypatch.setattr(upgrade, "run_fleet", run_fleet)
     fleet = tmp_path / "fleet.yml"
     fleet.write_text(FLEET)
