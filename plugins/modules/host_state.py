@@ -24,19 +24,16 @@ options:
     type: list
     elements: str
   paths:
-    description:
-      - Paths to C(lstat) (links are not followed), for RV(paths). C(~) and C($VAR) are expanded on the host, as for a
-        C(path) option; RV(paths) and RV(files) are keyed by the strings as given, so a task can index them with the
-        variable it passed.
+    description: Paths to C(lstat) (links are not followed), for RV(paths).
     type: list
-    elements: str
+    elements: path
     default: []
   read:
     description:
       - Text files to read whole, for RV(files); meant for small files (version headers, JSON, configuration).
-        A file that does not exist or cannot be read is null, never an error. Expanded and keyed as O(paths).
+        A file that does not exist or cannot be read is null, never an error.
     type: list
-    elements: str
+    elements: path
     default: []
   commands:
     description:
@@ -125,12 +122,6 @@ def package_state(module, names):
     return versions, {k: v["selection"] for k, v in packages.items()}, auto
 
 
-def local_path(path):
-    """``path`` with ``~`` and ``$VAR`` expanded, as AnsibleModule expands a ``path`` option (the caller's string
-    stays the result's key)."""
-    return os.path.expanduser(os.path.expandvars(path))
-
-
 def run_commands(module, commands):
     """``{name: {rc, stdout, stderr}}`` of each read-only command (argv lists, no shell)."""
     results = {}
@@ -156,8 +147,8 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "packages": {"type": "list", "elements": "str"},
-            "paths": {"type": "list", "elements": "str", "default": []},
-            "read": {"type": "list", "elements": "str", "default": []},
+            "paths": {"type": "list", "elements": "path", "default": []},
+            "read": {"type": "list", "elements": "path", "default": []},
             "commands": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
@@ -171,8 +162,8 @@ def main():
         versions=versions,
         selections=selections,
         auto_installed=auto,
-        paths={p: path_state(local_path(p)) for p in params["paths"]},
-        files={p: read_text(local_path(p)) for p in params["read"]},
+        paths={p: path_state(p) for p in params["paths"]},
+        files={p: read_text(p) for p in params["read"]},
         commands=run_commands(module, params["commands"]),
     )
 

@@ -76,17 +76,3 @@ def test_packages_of_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(result["versions"]) == {"dpkg"} and result["versions"]["dpkg"]
     assert result["selections"]["dpkg"] in ("install", "hold")
     assert set(result["auto_installed"]) <= {"dpkg"}
-
-
-def test_paths_are_keyed_as_given(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A role indexes the result with the variable it passed (hwe_kernel's hold record, a ``path`` option an admin may
-    set to ``~/...`` or ``$VAR/...``): the keys are those strings, the files read are the expanded paths."""
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("GPUPROV_TEST_STATE", str(tmp_path))
-    (tmp_path / "kernel-hold.json").write_text('{"held": []}')
-    given = ["~/kernel-hold.json", "$GPUPROV_TEST_STATE/kernel-hold.json"]
-    code, result = run({"paths": given, "read": given}, capsys)
-    assert code == 0 and result["files"] == dict.fromkeys(given, '{"held": []}')
-    assert list(result["paths"]) == given and all(p["isreg"] for p in result["paths"].values())
