@@ -190,8 +190,11 @@ def test_upgrade_together_converges_and_is_idempotent(box: dict[str, Any]) -> No
     assert installed_dcgm(box) == "1:3.3.9"
     engine = exec_ok(box["container"], "dcgmi -v").split("Hostengine build info:")[1]
     assert "Version : 3.3.9" in engine
-    assert "/opt/gpuprov/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter" in exec_ok(
-        box["container"], "systemctl show -p ExecStart --value dcgm-exporter")
+    binary = "/opt/gpuprov/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter"
+    assert binary in exec_ok(box["container"], "cat /etc/systemd/system/dcgm-exporter.service")
+    # the running exporter is the new build, read from its process (`systemctl show -p ExecStart` has read empty
+    # right after the restart); the bracket keeps the pattern from matching the shell that runs pgrep
+    assert binary in exec_ok(box["container"], f"pgrep -a -f '[{binary[0]}]{binary[1:]}'")
     assert "DCGM_FI_DEV_GPU_TEMP{" in metrics(box)
     again = apply(box, dcgm="3.3.9", exporter="3.3.9-3.6.1")
     assert again.failed_hosts == []
