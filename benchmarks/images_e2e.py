@@ -94,6 +94,8 @@ def run_args(args: argparse.Namespace, url: str, out: Path, model: Path, report:
         argv += ["--threads", str(args.threads)]
     if args.compile is not None:
         argv += ["--compile", args.compile]
+    if args.jpeg is not None:
+        argv += ["--jpeg", args.jpeg]
     return argv
 
 
@@ -204,6 +206,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cpu-workers", type=int, default=1, help="as `images run` (with --gpus cpu)")
     ap.add_argument("--batch", default="auto", help="as `images run --batch`")
     ap.add_argument("--threads", type=int, default=None, help="as `images run --threads` (default: its default)")
+    ap.add_argument("--jpeg", choices=["auto", "torchvision", "nvimgcodec"], default=None,
+                    help="as `images run --jpeg` (default: its default, torchvision)")
     ap.add_argument("--baselines", default="naive,dataloader", help="naive, dataloader, both (naive,dataloader) "
                     "or none")
     ap.add_argument("--naive-images", type=int, default=None, help="images of the naive loop (default min(N, 500))")
