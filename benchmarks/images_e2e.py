@@ -307,7 +307,8 @@ def report_results(res: dict[str, Any]) -> None:
     settings = res.get("settings") or {}
     print(f"settings: {settings.get('procs_per_gpu')} procs/GPU, {settings.get('threads')} decode threads, batch "
           f"{settings.get('batch')}, compile {res['compile']} ({res['model_format']} model): "
-          + (", ".join(f"{n} worker(s) {mode}" for mode, n in res["compiled"].items()) or "no model"))  # fmt: skip
+          + (", ".join(f"{n} worker(s) {mode}" for mode, n in res["compiled"].items()) or "no model")
+          + f"; MPS {settings.get('mps')}")  # fmt: skip
     print(f"end to end  {res['end_to_end']:10.1f} img/s  ({res['wall_s']:.1f} s, launch to exit)")
     steady = res["steady"]
     print(f"steady      {steady:10.1f} img/s  (first result to last)" if steady else "steady      n/a (one result)")

@@ -26,18 +26,19 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gpuprov.cli.images_options import run_settings, settings_line, sizing_options
+from gpuprov.cli.images_options import mps_option, run_settings, settings_line, sizing_options
 from gpuprov.cli.images_report import QUEUE_ENVVAR, check_json_path, finish_run, progress_log, worker_ready_line
 from gpuprov.cli.images_warm import warm_cmd
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.compiled import check_compile_option
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
+from gpuprov.images.mps import MpsChoice, mps_choice, run_mps
 from gpuprov.images.queue.base import MAX_LEASE_S
 
 IMAGE_SUFFIXES = frozenset(
@@ -187,6 +188,16 @@ def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, 
             "cudnn_autotune": cudnn_autotune(follow) and any(s.uuid for s in slots)}  # a CPU has no cuDNN
 
 
+def _supervise(mps: MpsChoice, settings: dict[str, Any], log: Callable[[str], None],
+               run: Callable[[dict[str, str]], list[Any]]) -> list[Any]:  # fmt: skip
+    """``run(env)`` (the supervisor) under the run's MPS daemon (:func:`~gpuprov.images.mps.run_mps`; ``env``
+    names it to the GPU workers), once the settings line, with MPS's state, is logged and put in ``settings``."""
+    with run_mps(mps) as env:
+        settings["mps"] = mps.describe() if env or not mps.use else "off (its daemon did not start)"
+        log(settings_line(settings))
+        return run(env)
+
+
 def _exit_on_sigterm() -> None:
     """SIGTERM (``kill``, ``systemctl stop``) raises SystemExit(143), so ``supervise`` stops the workers on
     its way out instead of leaving them to run on their own."""
@@ -282,6 +293,7 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
     help="Lease in seconds, 1 to 86400 (renewed while working).",
 )
 @sizing_options
+@mps_option
 @click.option(
     "--jpeg",
     default="torchvision",
@@ -304,8 +316,8 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
                    "rewritten each time the queue drains.")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
             size: int | None, lease_s: float, threads: int | None, procs_per_gpu: int | None, compile_mode: str,
-            jpeg: str, metrics_port: int | None, max_pixels: int, quiet: bool, json_path: Path | None,
-            follow: bool) -> None:  # fmt: skip
+            mps_mode: str, jpeg: str, metrics_port: int | None, max_pixels: int, quiet: bool,
+            json_path: Path | None, follow: bool) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
@@ -319,6 +331,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
     settings = _settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode, jpeg, follow)
+    mps = mps_choice(mps_mode, [s.uuid for s in slots if s.uuid], settings["procs_per_gpu"])
     base = WorkerConfig(url, str(out), task, str(model.resolve()) if model else None,
                         None if batch == "auto" else int(batch), size, lease_s, settings["threads"], follow=follow,
                         jpeg=jpeg, max_pixels=max_pixels, compile=compile_mode)  # fmt: skip
@@ -326,7 +339,6 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     queue = _open_for_run(url, follow, task_label(task, str(model) if model else None), out)
     total = queue.stats().total
     log = progress_log(quiet)
-    log(settings_line(settings))
     last_poll = [0.0]
 
     done_by_slot: dict[str, int] = {}
@@ -355,7 +367,8 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     states_ref: list[SlotState] = []
     _exit_on_sigterm()
     try:
-        states_ref.extend(supervise(base, slots, on_event, settings["procs_per_gpu"]))
+        states_ref.extend(_supervise(mps, settings, log, lambda env: supervise(base, slots, on_event,
+                                                                              settings["procs_per_gpu"], env=env)))
         rows, fails = write_manifest(queue, out, total)
         dead = queue.stats().dead
     finally:

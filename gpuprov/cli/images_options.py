@@ -12,12 +12,15 @@ import click
 
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.compiled import COMPILE_ENV, COMPILE_MODES
+from gpuprov.images.mps import MPS_MODES
 from gpuprov.images.sizing import fast_defaults, machine_cpus
 
 F = TypeVar("F", bound=Callable[..., Any])
 GPUS_ON_CPUS_ENV = "GPUPROV_IMAGES_GPUS_ON_CPUS"
 """GPUs whose workers share this run's CPUs (the image_workers role's per-GPU services set it), see
 :func:`gpus_on_cpus`."""
+MPS_ENV = "GPUPROV_IMAGES_MPS"
+"""``--mps`` from the environment (the image_workers role's services can set it)."""
 #: the largest --procs-per-gpu and --threads taken: far above any useful value, below what would exhaust a host
 MAX_COUNT = 256
 
@@ -49,6 +52,17 @@ def sizing_options(func: F) -> F:
     for decorator in reversed(decorators):
         func = decorator(func)
     return func
+
+
+def mps_option(func: F) -> F:
+    """Decorate ``images run`` with ``--mps`` (:mod:`gpuprov.images.mps`)."""
+    return click.option(
+        "--mps", "mps_mode", default="auto", show_default=True, envvar=MPS_ENV, show_envvar=True,
+        type=click.Choice(MPS_MODES),
+        help="A CUDA MPS daemon of the run's own, so a GPU's workers run their kernels concurrently; auto: with "
+             "several workers per GPU where nvidia-cuda-mps-control is installed and no MPS is set up "
+             "(docs/images.md).",
+    )(func)  # fmt: skip
 
 
 def run_settings(slots: Sequence[Any], procs_per_gpu: int | None, threads: int | None, cpu_workers: int,
@@ -103,5 +117,6 @@ def settings_line(settings: dict[str, Any]) -> str:
     if settings["gpus_on_cpus"] > gpus:
         where += f" ({settings['gpus_on_cpus']} GPUs on these CPUs)"
     procs = f"{settings['procs_per_gpu']} procs/GPU ({chosen['procs_per_gpu']}), " if gpus else ""
+    mps = f", MPS {settings['mps']}" if gpus and "mps" in settings else ""
     return (f"settings: {procs}{settings['threads']} decode threads ({chosen['threads']}), batch {settings['batch']}, "
-            f"compile {settings['compile']}; {settings['cpus']} CPUs, {where}")  # fmt: skip
+            f"compile {settings['compile']}{mps}; {settings['cpus']} CPUs, {where}")  # fmt: skip

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,10 +86,13 @@ class SlotState:
         return self.done_before + self.done
 
 
-def worker_env(slot: Slot) -> dict[str, str]:
+def worker_env(slot: Slot, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment pinning a worker to ``slot`` by UUID (not by index: CUDA and NVML number GPUs
-    differently), and naming its supervisor (:data:`SUPERVISOR_ENV`)."""
+    differently), and naming its supervisor (:data:`SUPERVISOR_ENV`), with ``extra`` (the run's MPS daemon,
+    :func:`gpuprov.images.mps.run_mps`) on a GPU slot."""
     env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
+    if slot.uuid and extra:
+        env.update(extra)
     env["CUDA_VISIBLE_DEVICES"] = slot.uuid or ""
     env[SUPERVISOR_ENV] = str(os.getpid())
     return env
@@ -102,11 +105,13 @@ def supervise(
     procs_per_gpu: int | None = None,
     stop: threading.Event | None = None,
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
 ) -> list[SlotState]:
     """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
     drained (``base.follow``: until ``stop`` is set), restarting workers that die (see the module docstring).
     Setting ``stop`` sends every worker SIGTERM and returns once they have exited (a worker stopped
-    mid-batch leaves its tasks to lease expiry). Returns one state per worker process slot.
+    mid-batch leaves its tasks to lease expiry). GPU workers get ``env`` too (:func:`worker_env`). Returns one state
+    per worker process slot.
 
     Raises :class:`ConfigError` (a worker exited with 2), :class:`EnvironmentMissing` (exit 4, a slot out
     of restarts) and :class:`QueueUnavailable` (no worker reached the queue for ``queue_timeout_s``)."""
@@ -124,7 +129,7 @@ def supervise(
         # carry a password
         st.proc = subprocess.Popen(
             [sys.executable, "-m", "gpuprov.images.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(st.slot),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(st.slot, env),
         )  # fmt: skip
         assert st.proc.stdin is not None
         try:

@@ -51,7 +51,7 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     assert report["settings"] == {"procs_per_gpu": 1, "threads": threads, "batch": "auto", "compile": "auto",
                                   "chosen": {"procs_per_gpu": "auto", "threads": "auto"}, "cpus": cpus, "gpus": 0,
                                   "gpus_on_cpus": 0, "gpu_memory_bytes": None,
-                                  "cudnn_autotune": False}  # fmt: skip
+                                  "cudnn_autotune": False, "mps": "off (no GPU)"}  # fmt: skip
     assert list(worker["startup_s"]) == list(PHASES) and all(s >= 0 for s in worker["startup_s"].values())
     # the worker was spawned after the run began, reported ready, then sent its first result
     assert worker["spawned_s"] >= 0

@@ -63,6 +63,8 @@ def test_run_settings_take_auto_from_the_rule_and_keep_given_values(monkeypatch:
     assert auto["gpu_memory_bytes"] == 16 * GIB and auto["chosen"] == {"procs_per_gpu": "auto", "threads": "auto"}
     assert settings_line(auto) == ("settings: 4 procs/GPU (auto), 8 decode threads (auto), batch auto, compile auto; "
                                    "32 CPUs, 2 GPUs of 16.0 GiB")  # fmt: skip
+    # a run adds MPS's state (gpuprov.images.mps) once its daemon is up or not
+    assert settings_line({**auto, "mps": "on"}).endswith("compile auto, MPS on; 32 CPUs, 2 GPUs of 16.0 GiB")
     given = run_settings(gpus, 2, 3, 1, "256", "off")
     assert (given["procs_per_gpu"], given["threads"], given["batch"], given["compile"]) == (2, 3, "256", "off")
     assert given["chosen"] == {"procs_per_gpu": "given", "threads": "given"}
