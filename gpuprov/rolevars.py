@@ -116,7 +116,7 @@ ROLE_VARIABLES: tuple[RoleVar, ...] = (
     _copy("container_toolkit_docker_repo_key_fingerprint", "mirrors_docker_key_fingerprint"),
     *_same("monitoring", "enabled", "dcgm_version", "dcgm_exporter_version", "dcgm_exporter_url",
            "dcgm_exporter_sha256", "dcgm_exporter_image", "node_exporter"),
-    *_same("image_workers", "enabled", "gpus", "queue", "batch", "procs_per_gpu"),
+    *_same("image_workers", "enabled", "gpus", "queue", "batch", "procs_per_gpu", "mps"),
     _copy("verify_expected_gpu_model", "gpus_model"),
     _copy("verify_expected_gpu_count", "gpus_count"),
     _copy("verify_nvswitch", "gpus_nvswitch"),

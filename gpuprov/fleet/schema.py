@@ -168,14 +168,16 @@ class Kernel(Strict):
 
 class ImageWorkers(Strict):
     """Image-processing workers: on/off, which GPUs (all, cpu or indexes), queue name, batch size (auto:
-    decided at run time) and worker processes per GPU (auto: chosen by each worker service from its CPUs and
-    its GPU's memory, :func:`gpuprov.images.sizing.fast_defaults`, whose source is docs/benchmarks.md)."""
+    decided at run time), worker processes per GPU (auto: chosen by each worker service from its CPUs and
+    its GPU's memory, :func:`gpuprov.images.sizing.fast_defaults`, whose source is docs/benchmarks.md) and
+    whether each service runs its GPU's workers under a CUDA MPS daemon of its own (:mod:`gpuprov.images.mps`)."""
 
     enabled: bool = False
     gpus: WorkerGpus = "all"
     queue: Name | None = None
     batch: AutoOrPositive = "auto"
     procs_per_gpu: AutoOrPositive = "auto"
+    mps: Literal["auto", "on", "off"] = "auto"
 
 
 class SecureBoot(Strict):

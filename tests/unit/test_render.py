@@ -208,7 +208,7 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
         procs = _role_value("image_workers", "image_workers_procs_per_gpu", host_vars, loader)
         text = unit.render(ansible_managed="", image_workers_procs_per_gpu=procs, image_workers_model=None,
                            image_workers_task="thumbnail", image_workers_size=None, image_workers_threads="auto",
-                           image_workers_compile="auto",
+                           image_workers_compile="auto", image_workers_mps="auto",
                            image_workers_lease_s=60, image_workers_output_dir="/o", image_workers_venv="/v",
                            image_workers_user="u", image_workers_group="g", __image_workers_env_dir="/e",
                            image_workers_restart_sec=5, image_workers_start_limit_burst=5,
