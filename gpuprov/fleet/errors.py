@@ -40,6 +40,9 @@ _FIX = {
     "a list": "write a list, e.g. [a, b] or one `- item` per line",
 }
 
+#: the words YAML 1.1 (PyYAML) reads as true and as false: a choice spelled so must be quoted in the file
+_YAML_BOOL_WORDS = {True: frozenset({"yes", "true", "on", "y"}), False: frozenset({"no", "false", "off", "n"})}
+
 
 def did_you_mean(word: object, candidates: Iterable[str]) -> str | None:
     """The closest of ``candidates`` to ``word`` (difflib, cutoff 0.6), or None."""
@@ -104,6 +107,9 @@ def _explain(err: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
     if kind == "literal_error":
         # pydantic words them "'auto', 1, 2 or 3": quoted strings and bare numbers
         choices = [text or number for text, number in re.findall(r"'([^']*)'|(-?\d+)", str(ctx.get("expected", "")))]
+        if isinstance(value, bool) and (spelled := [c for c in choices if c.lower() in _YAML_BOOL_WORDS[value]]):
+            fix = f"quote it: '{spelled[0]}' (unquoted, YAML reads on, off, yes and no as true or false)"
+            return f"{describe(value)} is not a valid choice", fix
         return f"{describe(value)} is not a valid choice", suggest_fix(value, choices)
     if kind in _KIND:
         want = _KIND[kind]

@@ -112,8 +112,8 @@ def run_mps(choice: MpsChoice) -> Iterator[dict[str, str]]:
     docstring), yield the environment the workers need to use it (``CUDA_MPS_PIPE_DIRECTORY`` and
     ``CUDA_MPS_LOG_DIRECTORY``), and stop it and remove its folder on the way out. Without: yield ``{}``.
 
-    A daemon that exits or makes no ``control`` pipe within :data:`START_TIMEOUT_S`: with ``--mps auto`` the run
-    goes on without MPS (one warning line, with the daemon's log); with ``--mps on`` raises
+    A daemon that exits or makes no ``control`` pipe within :data:`START_TIMEOUT_S` is stopped there and then; with
+    ``--mps auto`` the run goes on without MPS (one warning line, with the daemon's log); with ``--mps on`` raises
     :class:`EnvironmentMissing` (exit 4)."""
     if not choice.use or choice.control is None:
         yield {}
@@ -139,6 +139,8 @@ def run_mps(choice: MpsChoice) -> Iterator[dict[str, str]]:
         problem = _wait_ready(daemon, folder / "pipe" / "control")
         if problem is not None:
             detail = f"{MPS_CONTROL} {problem}: {_tail(folder)}"
+            _stop(choice.control, daemon, env)  # now: one that is still starting must not outlive the start
+            daemon = None
             if choice.mode == "on":
                 raise EnvironmentMissing(f"--mps on: {detail}; use --mps auto or off to run without MPS")
             log.warning("MPS not used: %s", detail)
@@ -174,18 +176,21 @@ def _tail(folder: Path) -> str:
 
 
 def _stop(control: str, daemon: subprocess.Popen[bytes], env: Mapping[str, str]) -> None:
-    """Ask the daemon to ``quit`` (it stops its server first); terminate, then kill it if it is still there."""
-    if daemon.poll() is None:
+    """Ask the daemon to ``quit`` (it stops its server first) where it made its ``control`` pipe, and wait
+    :data:`STOP_TIMEOUT_S` for it; terminate one without a pipe (still starting: ``quit`` cannot reach it) or
+    still there, then kill it if it is still there :data:`STOP_TIMEOUT_S` later."""
+    if daemon.poll() is None and (Path(env[PIPE_ENV]) / "control").exists():
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([control], input=b"quit\n", env={**os.environ, **env}, capture_output=True,
                            timeout=STOP_TIMEOUT_S, check=False)  # fmt: skip
+        try:
+            daemon.wait(timeout=STOP_TIMEOUT_S)
+            return
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not quit within %.0f s: terminated", MPS_CONTROL, STOP_TIMEOUT_S)
+    daemon.terminate()
     try:
         daemon.wait(timeout=STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        log.warning("%s did not quit within %.0f s: terminated", MPS_CONTROL, STOP_TIMEOUT_S)
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        daemon.kill()
+        daemon.wait()

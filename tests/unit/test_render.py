@@ -219,6 +219,24 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
     assert seen == {name: (8, True, False) if name in in_group else ("auto", False, True) for name in seen}
 
 
+@pytest.mark.parametrize(("inventory", "flag"), [("off", "--mps off "), ("'off'", "--mps off "), ("on", "--mps on "),
+                                               ("auto", "--mps auto ")])  # fmt: skip
+def test_image_workers_mps_reaches_the_worker_unit_as_a_choice(inventory: str, flag: str) -> None:
+    """image_workers_mps written bare in an inventory (``off``: YAML's false, which the argument spec accepts for
+    its choice ``off``) reaches the unit's ``images run --mps`` as the choice, not as ``False``."""
+    import jinja2
+
+    role = ROOT / "roles" / "image_workers"
+    unit = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
+        (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text(encoding="utf-8")
+    )
+    role_vars = {**yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8")),
+                 **yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8")),
+                 **yaml.safe_load(f"image_workers_mps: {inventory}")}  # fmt: skip
+    text = unit.render(ansible_managed="", **role_vars)
+    assert flag in text and "False" not in text and "True" not in text
+
+
 def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """mirrors.distro_repo_url ({env: NAME}) is read from the controller's environment at run time and becomes
     the nvidia_driver role's default for its Debian archive; without it the role's default stays empty."""

@@ -112,6 +112,10 @@ MESSAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "hosts.gpu01.settings.bios_check.pcie_width": ("a boolean",),
         "hosts.gpu01.settings.bios_check.pcie_gen": ("without quotes: 4",),
     },
+    "image_workers_mps_bare_off.yml": {
+        "settings.image_workers.mps": ("a boolean", "quote it: 'off'", "!use one of"),
+        "groups.gpu.settings.image_workers.mps": ("quote it: 'on'",),
+    },
 }
 #: credentials written into fields (address_credentials.yml) and the parts around them
 NEVER_PRINTED: dict[str, tuple[str, ...]] = {

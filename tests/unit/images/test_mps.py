@@ -128,6 +128,48 @@ def test_a_daemon_that_does_not_start(tmp_path: Path, monkeypatch: pytest.Monkey
         pytest.fail("the run went on without the MPS it was told to use")
 
 
+def test_a_daemon_that_does_not_start_in_time_is_stopped_before_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    # it never makes its control pipe, so `quit` cannot reach it: it is terminated, not left to run beside the run
+    _control(tmp_path, monkeypatch, start="(pipe / 'daemon.json').write_text(str(os.getpid())); time.sleep(60)")
+    monkeypatch.setattr(mps, "START_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with caplog.at_level(logging.WARNING), run_mps(mps_choice("auto", UUIDS, 8)) as env:
+        assert env == {}
+        (pid_file,) = tmp_path.glob("gpuprov-mps-*/pipe/daemon.json")
+        assert not _alive(int(pid_file.read_text()))
+    assert "made no control pipe within 0 s" in caplog.text
+    assert not list(tmp_path.glob("gpuprov-mps-*"))
+
+
+def test_sigterm_while_the_daemon_starts_stops_it_and_exits_143(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _control(tmp_path, monkeypatch, start="(pipe / 'daemon.json').write_text(str(os.getpid())); time.sleep(60)")
+    run = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""\
+            from pathlib import Path
+            from gpuprov.cli.images import _exit_on_sigterm
+            from gpuprov.images import mps
+            mps.HOST_PIPE = Path({str(tmp_path / "no-host-mps")!r})
+            _exit_on_sigterm()
+            with mps.run_mps(mps.mps_choice("auto", {UUIDS!r}, 8)):
+                pass
+        """)],
+        env={**os.environ, "PYTHONPATH": str(Path.cwd()), "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    pid = ""
+    while not pid:
+        assert run.poll() is None
+        pid = "".join(f.read_text() for f in tmp_path.glob("gpuprov-mps-*/pipe/daemon.json"))
+        time.sleep(0.02)
+    run.send_signal(signal.SIGTERM)
+    # within the start timeout: the daemon, which has no control pipe to read `quit` from, is terminated
+    assert run.wait(timeout=mps.STOP_TIMEOUT_S) == 143
+    assert not _alive(int(pid))
+    assert not list(tmp_path.glob("gpuprov-mps-*"))
+
+
 def test_a_daemon_that_ignores_quit_is_terminated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _control(tmp_path, monkeypatch, ignore_quit=True)
     monkeypatch.setattr(mps, "STOP_TIMEOUT_S", 0.5)
@@ -149,7 +191,8 @@ def test_the_daemon_dies_with_a_killed_run(tmp_path: Path, monkeypatch: pytest.M
                 print(json.loads((Path(env[mps.PIPE_ENV]) / "daemon.json").read_text())["pid"], flush=True)
                 time.sleep(60)
         """)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd()), "TMPDIR": str(tmp_path)},  # a killed run leaves its folder
     )  # fmt: skip
     assert run.stdout is not None
     pid = int(run.stdout.readline())
