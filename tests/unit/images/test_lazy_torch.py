@@ -37,7 +37,8 @@ def test_torchvision_comes_without_dynamo_and_dynamo_stays_whole() -> None:
         without = "torch._dynamo" not in sys.modules and "torch._dynamo.utils" not in sys.modules
         x, box = torch.rand(1, 3, 32, 32), torch.tensor([[0, 0, 0, 16, 16.0]])
         shape = list(torchvision.ops.roi_align(x, box, (8, 8), aligned=True).shape)
-        supported = sys.modules["torchvision.ops.roi_align"].is_compile_supported("cpu")  # the stand-in: imports the real function
+        # the stand-in: imports the real function
+        supported = sys.modules["torchvision.ops.roi_align"].is_compile_supported("cpu")
         import torch._dynamo.utils as real
         print(json.dumps({"without": without, "shape": shape, "supported": supported,
                           "real": hasattr(real, "counters"), "decode": hasattr(torchvision.io, "decode_jpeg")}))
