@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing, HostsFailed
 from gpuprov.lab import dockerenv, hardware, images, repo, state
+from gpuprov.lab.container_exec import exec_output
 from gpuprov.lab.imagespecs import spec_for
 from gpuprov.lab.ports import allocate_ports
 from gpuprov.lab.state import LabHost
@@ -198,8 +199,7 @@ def _port_of(container: Any) -> int | None:
 
 
 def _exec(container: Any, command: str) -> tuple[int, str]:
-    code, output = container.exec_run(["/bin/sh", "-c", command], user="root")
-    return int(code), output.decode(errors="replace")
+    return exec_output(container, ["/bin/sh", "-c", command])
 
 
 def _create(client: Any, name: str, hostname: str, os_name: str, port: int, image: str,

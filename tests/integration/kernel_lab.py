@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from gpuprov.lab.container_exec import exec_output
 from gpuprov.lab.standin import PackageSpec, build_repository
 from gpuprov.lab.standin.repo import key_fingerprint
 from gpuprov.rolevars import with_role_variables
@@ -37,8 +38,7 @@ echo "$k"
 
 def exec_ok(container: Any, script: str) -> str:
     """Run ``sh -c script`` in the container; assert it succeeded and return its output."""
-    rc, out = container.exec_run(["sh", "-c", script])
-    text = out.decode(errors="replace")
+    rc, text = exec_output(container, ["sh", "-c", script], user="")
     assert rc == 0, f"container command failed ({rc}): {script}\n{text}"
     return text
 

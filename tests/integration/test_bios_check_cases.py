@@ -32,6 +32,7 @@ from tests.bios_check_fixtures import (
     healthy_h200,
     tar_bytes,
 )
+from tests.integration.kernel_lab import exec_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = "/opt/gpuprov-bios"
@@ -41,13 +42,6 @@ PROBE_TASK = "Read the host, evaluate the findings and write the report"
 GIB = 1024**3
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-
-
-def _exec(container: Any, script: str) -> str:
-    rc, out = container.exec_run(["sh", "-c", script])
-    text = out.decode(errors="replace")
-    assert rc == 0, f"container command failed ({rc}): {script}\n{text}"
-    return text
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +74,7 @@ def _prepare(container: Any, tmp_path: Path, profile: str, tree: Tree) -> None:
     install(root, profile)
     assert container.put_archive("/", tar_bytes(root, "."))
     build_tree(tmp_path / "fixture", tree)
-    _exec(container, f"rm -rf {FIX} {REPORT} && mkdir -p /opt && ldconfig")
+    exec_ok(container, f"rm -rf {FIX} {REPORT} && mkdir -p /opt && ldconfig")
     assert container.put_archive("/opt", tar_bytes(tmp_path / "fixture", Path(FIX).name))
 
 
@@ -163,7 +157,7 @@ def _fails(findings: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _report(container: Any) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(_exec(container, f"cat {REPORT}"))
+    result: dict[str, Any] = json.loads(exec_ok(container, f"cat {REPORT}"))
     return result
 
 
@@ -176,7 +170,7 @@ def test_h200x2_passes_records_bar1_and_is_idempotent(tmp_path: Path, lab_host: 
     check = _run(tmp_path, lab_host, "check", extravars=H200, check=True)
     assert check.status == "successful"
     assert _stat(check, "changed", lab_host.name) == 1  # under --check the report would be written, and is not
-    _exec(lab_host, f"test ! -e {REPORT}")
+    exec_ok(lab_host, f"test ! -e {REPORT}")
     first = _run(tmp_path, lab_host, "first", extravars=H200)
     assert first.status == "successful"
     assert _fails(_findings(first)) == []
@@ -185,7 +179,7 @@ def test_h200x2_passes_records_bar1_and_is_idempotent(tmp_path: Path, lab_host: 
         (bus, 256 * GIB) for bus in H200X2_BUS
     ]
     assert report["platform"]["boot"]["mode"] == "unknown"
-    assert _exec(lab_host, f"stat -c %a {REPORT}").strip() == "644"
+    assert exec_ok(lab_host, f"stat -c %a {REPORT}").strip() == "644"
     second = _run(tmp_path, lab_host, "second", extravars=H200)
     assert second.status == "successful"
     assert _stat(second, "changed", lab_host.name) == 0

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from gpuprov.lab.container_exec import exec_output
 from gpuprov.lab.standin import PackageSpec, build_repository
 from gpuprov.lab.standin.catalogue import DEBIAN_REVISION, cuda_metas, driver_packages
 from gpuprov.lab.standin.runfile import build_runfile, runfile_name, sha256_of
@@ -67,8 +68,7 @@ class Host:
         return exec_ok(self.container, script)
 
     def rc(self, script: str) -> tuple[int, str]:
-        code, out = self.container.exec_run(["sh", "-c", script])
-        return int(code), out.decode(errors="replace")
+        return exec_output(self.container, ["sh", "-c", script], user="")
 
     def play(self, check: bool = False, **extra: Any) -> RunResult:
         extravars = {"gpuprov_driver_branch": "535", "nvidia_driver_running_kernel": self.kernel, **self.repo_vars,

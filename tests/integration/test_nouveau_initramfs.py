@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.kernel_lab import exec_ok
+
 ROOT = Path(__file__).resolve().parents[2]
 CONF = "/etc/modprobe.d/gpuprov-nouveau.conf"
 REBUILD_TASK = "rebuild | Rebuild the initramfs of each stale kernel"
@@ -44,13 +46,6 @@ echo "$k $k2"
 """.replace("FAKESYS", FAKESYS)
 
 
-def _exec(container: Any, script: str) -> str:
-    rc, out = container.exec_run(["sh", "-c", script])
-    text = out.decode(errors="replace")
-    assert rc == 0, f"container command failed ({rc}): {script}\n{text}"
-    return text
-
-
 @pytest.fixture
 def stale_host(lab_images: dict[str, str]) -> Iterator[tuple[Any, list[str]]]:
     """A running debian12 lab container with the blacklist on disk and stale images; yields it with its two
@@ -69,7 +64,7 @@ def stale_host(lab_images: dict[str, str]) -> Iterator[tuple[Any, list[str]]]:
         volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
     )
     try:
-        kernels = _exec(container, SEED).splitlines()[-1].split()
+        kernels = exec_ok(container, SEED).splitlines()[-1].split()
         yield container, kernels
     finally:
         container.remove(force=True)
@@ -139,7 +134,7 @@ def _task_results(runner: Any, task: str) -> list[dict[str, Any]]:
 
 
 def _image_sums(container: Any, kernels: list[str]) -> str:
-    return _exec(container, "sha256sum " + " ".join(f"/boot/initrd.img-{k}" for k in kernels))
+    return exec_ok(container, "sha256sum " + " ".join(f"/boot/initrd.img-{k}" for k in kernels))
 
 
 def test_stale_images_are_rebuilt_from_content(tmp_path: Path, stale_host: tuple[Any, list[str]]) -> None:
@@ -152,7 +147,7 @@ def test_stale_images_are_rebuilt_from_content(tmp_path: Path, stale_host: tuple
     check = _run(tmp_path, container, "check", cmdline="--check")
     assert _changed(check, host) > 0
     assert _image_sums(container, kernels) == before
-    assert _exec(container, f"test ! -e {CONF} && echo absent").strip() == "absent"
+    assert exec_ok(container, f"test ! -e {CONF} && echo absent").strip() == "absent"
 
     # first run: every installed kernel's image lacks the blacklist, so every one is rebuilt
     first = _run(tmp_path, container, "first")
@@ -166,7 +161,7 @@ def test_stale_images_are_rebuilt_from_content(tmp_path: Path, stale_host: tuple
 
     # one image made stale by hand (rebuilt while the blacklist is away): exactly that one is rebuilt
     stale = kernels[1]
-    _exec(
+    exec_ok(
         container,
         f"mv {CONF} /root/held.conf && update-initramfs -u -k {stale} >/dev/null 2>&1 && mv /root/held.conf {CONF}",
     )

@@ -40,6 +40,11 @@ class FakeContainer:
     def exec_run(self, argv: list[str], user: str = "") -> tuple[int, bytes]:
         return (0, b"active\n") if self.client.sshd_active else (3, b"inactive\n")
 
+    def get_archive(self, path: str) -> tuple[list[bytes], dict[str, Any]]:
+        import docker.errors
+
+        raise docker.errors.NotFound(f"{path}: the stand-in keeps no files; its exec output is the streamed one")
+
 
 class FakeContainers:
     def __init__(self, client: FakeClient) -> None:
