@@ -26,11 +26,9 @@ Source of the daemon's interface: NVIDIA's "Multi-Process Service" guide (the ``
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -39,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuprov.exceptions import ConfigError, EnvironmentMissing
+from gpuprov.images.parent_death import sigterm_on_parent_death
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,6 @@ START_TIMEOUT_S = 10.0
 """Seconds the daemon has to create its ``control`` pipe."""
 STOP_TIMEOUT_S = 10.0
 """Seconds the daemon has to exit after ``quit`` before it is terminated."""
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -123,18 +121,14 @@ def run_mps(choice: MpsChoice) -> Iterator[dict[str, str]]:
     for sub in env.values():
         Path(sub).mkdir(mode=0o700)
     daemon = None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-
-    def die_with_run() -> None:  # in the child between fork and exec: one C call, no lock another thread holds
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
+    die_with_run = sigterm_on_parent_death()  # looked up here; the child only makes the call
     try:
         with (folder / "daemon.out").open("wb") as out:
             daemon = subprocess.Popen(
                 [choice.control, "-f"],
                 env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": ",".join(choice.gpu_uuids)},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                preexec_fn=die_with_run,  # noqa: PLW1509 - see die_with_run
+                preexec_fn=die_with_run,  # noqa: PLW1509 - one C call (gpuprov.images.parent_death)
             )  # fmt: skip
         problem = _wait_ready(daemon, folder / "pipe" / "control")
         if problem is not None:

@@ -20,7 +20,6 @@ import ctypes
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from gpuprov.images.decode import Decoder
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.lazy_torch import torch_modules
 from gpuprov.images.memory import Backoff, auto_batch
+from gpuprov.images.parent_death import sigterm_on_parent_death
 from gpuprov.images.queue import QueueLost, QueueMissing, QueueUnavailable, open_queue
 from gpuprov.images.slots import Slot, self_check
 from gpuprov.images.stages import Committer, LeaseKeeper, claims, decode_ahead, prefetch, process_batch
@@ -47,7 +47,6 @@ EXIT_QUEUE_DOWN = 75
 it after a back-off (:mod:`gpuprov.images.supervisor`)."""
 SUPERVISOR_ENV = "GPUPROV_SUPERVISOR_PID"
 """Environment variable with the supervisor's pid, which a worker checks once it has asked to die with it."""
-PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal a process gets when the thread that created it ends (Linux)."""
 
 
@@ -187,8 +186,7 @@ def die_with_supervisor() -> None:
     (``prctl(PR_SET_PDEATHSIG)``), then exit at once if the supervisor named in :data:`SUPERVISOR_ENV`
     already died before that request (this process's parent is then another one)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        if sigterm_on_parent_death()() != 0:
             log.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
     except (OSError, AttributeError) as exc:  # not Linux
         log.warning("cannot ask to die with the supervisor: %s", exc)
