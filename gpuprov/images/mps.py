@@ -4,7 +4,7 @@ Several worker processes share each GPU (:mod:`gpuprov.images.sizing`). Without 
 and the GPU time-slices between them: one context's kernels run at a time. Under MPS (Multi-Process Service,
 NVIDIA's ``nvidia-cuda-mps-control``) the processes' kernels share one server context and run concurrently, so
 one worker's decode kernels fill the SMs another's ResNet-50 leaves idle. On 1 x H100 with 8 workers it raised
-the steady rate by about 40 % (docs/benchmarks.md, "MPS").
+the steady rate by about 40 % (docs/benchmarks.md, "1 x NVIDIA H100: MPS, and nvImageCodec beside the model").
 
 The daemon is the run's own: its pipe and log folders are a fresh temporary folder, and only the run's workers
 get ``CUDA_MPS_PIPE_DIRECTORY``/``CUDA_MPS_LOG_DIRECTORY`` pointing there, so no other process on the host is
