@@ -102,8 +102,9 @@ def run_args(args: argparse.Namespace, url: str, out: Path, model: Path, report:
 def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict[str, Any]:
     """The start-up of a run from its ``--json`` report, in seconds: ``cli`` (from launching the command to its
     run starting: interpreter, imports, the options), each worker phase's median and max over the workers,
-    when the first and the last worker were ready, the first and last result and the tail (last result to
-    exit), all but the phases counted from ``launched`` (``time.monotonic()`` just before the launch)."""
+    when the first and the last worker were ready, the first and last result, the tail (last result to
+    exit) and the steps of the run's end (``ending_s``: workers exited, MPS stopped, manifest written), all but the
+    phases counted from ``launched`` (``time.monotonic()`` just before the launch)."""
     cli = run["monotonic_start"] - launched
     workers = [w for w in run["workers"] if w["ready_s"] is not None]
     phases = {
@@ -117,6 +118,7 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
         return None if run[key] is None else round(cli + run[key], 3)
 
     last = after_launch("last_result_s")
+    ending = {step: None if at is None else round(cli + at, 3) for step, at in run.get("ending_s", {}).items()}
     return {
         "cli_s": round(cli, 3),
         "phases_s": phases,
@@ -125,6 +127,7 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
         "first_result_s": after_launch("first_result_s"),
         "last_result_s": last,
         "tail_s": None if last is None else round(wall - last, 3),
+        "ending_s": ending,
     }
 
 
@@ -147,6 +150,8 @@ def print_breakdown(s: dict[str, Any], workers: int) -> None:
         print(f"  worker {phase:<8} median {v['median']:7.2f}  max {v['max']:7.2f}")
     print(f"  first worker ready {s['first_ready_s']}, last ready {s['last_ready_s']}")
     print(f"  first result {s['first_result_s']}, last result {s['last_result_s']}, tail to exit {s['tail_s']}")
+    if s["ending_s"]:
+        print("  then " + ", ".join(f"{step.replace('_', ' ')} {at}" for step, at in s["ending_s"].items()))
 
 
 def cpu_model() -> str:

@@ -17,7 +17,6 @@ cache before the workers start (:mod:`gpuprov.cli.images_warm`).
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import json
 import math
@@ -26,7 +25,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,89 +39,11 @@ from gpuprov.images.compiled import check_compile_option
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.mps import MpsChoice, mps_choice, run_mps
 from gpuprov.images.queue.base import MAX_LEASE_S
+from gpuprov.images.sources import expand_sources
 
-IMAGE_SUFFIXES = frozenset(
-    {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic", ".dcm"}
-)
-MANIFEST_SUFFIXES = (".txt", ".jsonl")
 #: the largest --batch taken: far above what a GPU's memory holds of any model's inputs, and small enough for every
 #: queue store's integers (a batch of 10**20 overflowed SQLite's INTEGER in each worker)
 MAX_BATCH = 65536
-
-
-def expand_sources(sources: tuple[str, ...]) -> Iterator[Path]:
-    """Every image path named by ``sources``, absolute, in the order given (folders sorted).
-
-    Raises :class:`ConfigError` (exit 2) for a source that names no image: missing, a device, pipe or socket
-    (``/dev/zero``), a folder without image files, a glob matching no file, a manifest without entries.
-    """
-    for src in sources:
-        if not src.strip():  # an unset shell variable: Path("") would be the current folder
-            raise ConfigError("an empty source names no image; give files, folders, globs or manifests")
-        named = False
-        try:
-            images = list(_source(src))
-        except PermissionError as exc:
-            raise ConfigError(
-                f"{src}: cannot read {exc.filename or src} (permission denied); give a source this user can read"
-            ) from exc
-        for image in images:
-            named = True
-            yield image
-        if not named:
-            raise ConfigError(
-                f"{src}: {_why_empty(Path(src))}; name image files ({', '.join(sorted(IMAGE_SUFFIXES))}),"
-                " folders holding them, globs or manifests (.txt, .jsonl)"
-            )
-
-
-def _source(src: str) -> Iterator[Path]:
-    path = Path(src)
-    if path.is_dir():
-        yield from sorted(p.resolve() for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    elif path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
-        yield from _manifest(path)
-    elif path.is_file():
-        yield path.resolve()
-    elif not path.exists():
-        matches = sorted(glob.glob(src, recursive=True))  # noqa: PTH207 - absolute patterns too
-        if not matches:
-            raise ConfigError(f"{src}: no such file, folder or matching glob")
-        yield from (Path(m).resolve() for m in matches if Path(m).is_file())
-
-
-def _why_empty(path: Path) -> str:
-    if path.is_dir():
-        return "the folder holds no image file"
-    if path.is_file():
-        return "the manifest lists no image"
-    if path.exists():
-        return "not a regular file (a device, pipe or socket)"
-    return "the glob matches no file"
-
-
-def _manifest(path: Path) -> Iterator[Path]:
-    """The image paths of a manifest: one path per line (``.txt``), or one JSON object with a ``path``
-    string per line (``.jsonl``); relative paths are relative to the manifest. Raises
-    :class:`ConfigError` naming the file and line of anything else."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the manifest as UTF-8 text ({exc})") from None
-    for number, raw in enumerate(lines, start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        entry: object = line
-        if path.suffix.lower() == ".jsonl":
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path}:{number}: not JSON ({exc}); write one object per line") from None
-            entry = record.get("path") if isinstance(record, dict) else None
-        if not isinstance(entry, str) or not entry:
-            raise ConfigError(f'{path}:{number}: expected {{"path": "<image file>"}} with a non-empty string path')
-        yield (path.parent / entry).resolve()
 
 
 def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s: float,
@@ -143,8 +64,11 @@ def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s
 
 
 def _make_out(out: Path) -> None:
-    """Create the ``--out`` folder and prove it writable (the manifest is written there at the end of the run);
+    """Create the ``--out`` folder and prove it writable (the manifest is written there at the end of the run), and
+    start importing what writes the manifest's Parquet copy (:func:`~gpuprov.images.manifest.preload_parquet`);
     :class:`ConfigError` (exit 2) when it cannot be (empty, read-only, no permission, a file in the way)."""
+    from gpuprov.images.manifest import preload_parquet
+
     if not str(out).strip() or out == Path():
         raise ConfigError("--out is empty; give the folder the manifest and results go to")
     try:
@@ -160,6 +84,7 @@ def _make_out(out: Path) -> None:
         raise ConfigError(
             f"--out {out}: cannot write there ({exc.strerror}); give a folder this user can write"
         ) from exc
+    preload_parquet()
 
 
 def _installed(module: str) -> bool:
@@ -189,13 +114,28 @@ def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, 
 
 
 def _supervise(mps: MpsChoice, settings: dict[str, Any], log: Callable[[str], None],
-               run: Callable[[dict[str, str]], list[Any]]) -> list[Any]:  # fmt: skip
+               run: Callable[[dict[str, str]], list[Any]], ending: dict[str, float]) -> list[Any]:  # fmt: skip
     """``run(env)`` (the supervisor) under the run's MPS daemon (:func:`~gpuprov.images.mps.run_mps`; ``env``
-    names it to the GPU workers), once the settings line, with MPS's state, is logged and put in ``settings``."""
+    names it to the GPU workers), once the settings line, with MPS's state, is logged and put in ``settings``.
+    Marks in ``ending`` (``time.monotonic()``) when the workers had all exited and when the daemon had stopped."""
     with run_mps(mps) as env:
         settings["mps"] = mps.describe() if env or not mps.use else "off (its daemon did not start)"
         log(settings_line(settings))
-        return run(env)
+        states = run(env)
+        ending["workers_exited"] = time.monotonic()
+    ending["mps_stopped"] = time.monotonic()
+    return states
+
+
+def _write_manifest(queue: Any, out: Path, total: int, ending: dict[str, float]) -> dict[str, int]:
+    """Write the drained run's manifest (:func:`~gpuprov.images.manifest.write_manifest`), mark when in ``ending``
+    and return the report's counts: ``rows``, ``failed`` (failed for good, dead ones apart) and ``dead``."""
+    from gpuprov.images.manifest import write_manifest
+
+    rows, fails = write_manifest(queue, out, total)
+    ending["manifest_written"] = time.monotonic()
+    dead = queue.stats().dead
+    return {"rows": rows, "failed": fails - dead, "dead": dead}
 
 
 def _exit_on_sigterm() -> None:
@@ -365,16 +305,16 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
 
     states_ref: list[SlotState] = []
+    ending: dict[str, float] = {}
     _exit_on_sigterm()
     try:
         states_ref.extend(_supervise(mps, settings, log, lambda env: supervise(base, slots, on_event,
-                                                                              settings["procs_per_gpu"], env=env)))
-        rows, fails = write_manifest(queue, out, total)
-        dead = queue.stats().dead
+                                                                              settings["procs_per_gpu"], env=env),
+                                     ending))  # fmt: skip
+        counts = _write_manifest(queue, out, total, ending)
     finally:
         queue.close()
-    finish_run(url, out, json_path, {**run_report(states_ref, started, {"rows": rows, "failed": fails - dead,
-                                                                          "dead": dead}), "settings": settings})
+    finish_run(url, out, json_path, {**run_report(states_ref, started, counts, ending), "settings": settings})
 
 
 command.add_command(warm_cmd)

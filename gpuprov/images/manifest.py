@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import threading
 from pathlib import Path
 
 from gpuprov.images.queue import Queue, QueueLost
@@ -60,14 +61,32 @@ def _with_shard(shard: int, row: str) -> str:
     return f'{{"shard":{shard}}}' if row == "{}" else f'{{"shard":{shard},{row[1:]}'
 
 
+PARQUET_MODULES = ("pyarrow", "pyarrow.compute", "pyarrow.json", "pyarrow.parquet")
+"""What ``manifest.parquet`` is written with, where installed (pyarrow is not a dependency)."""
+
+
+def preload_parquet() -> threading.Thread:
+    """Import :data:`PARQUET_MODULES` in a daemon thread, started now: a run calls it at its start, so the manifest
+    written at its end does not wait for pyarrow's import (most of a second, in the run's last seconds); a later
+    import of them waits for this one. A missing pyarrow is left to :func:`write_manifest` to notice."""
+
+    def load() -> None:
+        for name in PARQUET_MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                return
+
+    thread = threading.Thread(target=load, name="preload-pyarrow", daemon=True)
+    thread.start()
+    return thread
+
+
 def _write_parquet(out: Path, lines: list[str]) -> None:
     """``out/manifest.parquet`` beside the JSON lines, where pyarrow is installed: columns ``shard``, ``path``,
     ``sha256`` (read from the lines by pyarrow's JSON reader; "" where a row has none) and ``row`` (the line)."""
     try:
-        pa = importlib.import_module("pyarrow")
-        pc = importlib.import_module("pyarrow.compute")
-        pj = importlib.import_module("pyarrow.json")
-        pq = importlib.import_module("pyarrow.parquet")
+        pa, pc, pj, pq = (importlib.import_module(name) for name in PARQUET_MODULES)
     except ImportError:
         return
     wanted = pa.schema([("shard", pa.int64()), ("path", pa.string()), ("sha256", pa.string())])

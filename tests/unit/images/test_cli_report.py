@@ -57,6 +57,12 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     assert worker["spawned_s"] >= 0
     assert worker["spawned_s"] + worker["ready_s"] <= worker["first_result_s"] + 0.002  # rounded to 1 ms each
     assert report["first_result_s"] == worker["first_result_s"] <= report["last_result_s"] <= report["wall_s"]
+    # the end, in order: the workers exited (after the last result), the MPS daemon (none here) was stopped, the
+    # manifest written, all before the report
+    ending = report["ending_s"]
+    assert list(ending) == ["workers_exited", "mps_stopped", "manifest_written"], ending
+    assert report["last_result_s"] <= ending["workers_exited"] <= ending["mps_stopped"] <= ending["manifest_written"]
+    assert ending["manifest_written"] <= report["wall_s"]
 
 
 @pytest.mark.parametrize("where", ["folder", "missing-parent", "proc"])

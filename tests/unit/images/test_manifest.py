@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from gpuprov.images.manifest import manifest_rows, write_manifest
+from gpuprov.images.manifest import PARQUET_MODULES, manifest_rows, preload_parquet, write_manifest
 from gpuprov.images.queue import Queue, QueueLost, open_queue
 
 
@@ -76,3 +77,16 @@ def test_the_parquet_manifest_holds_the_same_rows(tmp_path: Path) -> None:
     assert table["path"] == ["/img/0.jpg", "/img/1.jpg", ""] and table["sha256"] == [f"{0:064x}", f"{1:064x}", ""]
     assert table["row"] == (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()
     queue.close()
+
+
+def test_preloading_imports_what_writes_the_parquet_manifest() -> None:
+    pytest.importorskip("pyarrow")
+    preload_parquet().join(timeout=60)
+    assert all(name in sys.modules for name in PARQUET_MODULES)
+
+
+def test_preloading_without_pyarrow_ends_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    thread = preload_parquet()
+    thread.join(timeout=60)
+    assert not thread.is_alive()

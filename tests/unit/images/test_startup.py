@@ -57,7 +57,9 @@ def test_run_report_puts_each_workers_phases_and_the_results_after_the_run_start
     ready = _state("cpu0", spawned=50.0, startup=marks, first_result=60.0, first_done=32, last_result=62.0,
                    total_done=64, compile=choice)  # fmt: skip
     never_ready = _state("cpu1", spawned=51.0)
-    report = run_report([ready, never_ready], 49.0, {"rows": 64, "failed": 0, "dead": 0})
+    report = run_report([ready, never_ready], 49.0, {"rows": 64, "failed": 0, "dead": 0},
+                        {"workers_exited": 62.5, "manifest_written": 63.25})  # fmt: skip
+    assert report["ending_s"] == {"workers_exited": 13.5, "manifest_written": 14.25}
     assert (report["rows"], report["images"], report["restarts"]) == (64, 64, 0)
     assert (report["first_result_s"], report["last_result_s"], report["steady_images_per_s"]) == (11.0, 13.0, 16.0)
     first, second = report["workers"]
