@@ -219,22 +219,30 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
     assert seen == {name: (8, True, False) if name in in_group else ("auto", False, True) for name in seen}
 
 
-@pytest.mark.parametrize(("inventory", "flag"), [("off", "--mps off "), ("'off'", "--mps off "), ("on", "--mps on "),
-                                               ("auto", "--mps auto ")])  # fmt: skip
-def test_image_workers_mps_reaches_the_worker_unit_as_a_choice(inventory: str, flag: str) -> None:
-    """image_workers_mps written bare in an inventory (``off``: YAML's false, which the argument spec accepts for
-    its choice ``off``) reaches the unit's ``images run --mps`` as the choice, not as ``False``."""
-    import jinja2
-
+@pytest.mark.parametrize(
+    ("variable", "inventory", "flag"),
+    [("image_workers_mps", "off", "--mps off "), ("image_workers_mps", "'off'", "--mps off "),
+     ("image_workers_mps", "on", "--mps on "), ("image_workers_mps", "auto", "--mps auto "),
+     ("image_workers_compile", "off", "--compile off "), ("image_workers_compile", "'off'", "--compile off "),
+     ("image_workers_compile", "reduce-overhead", "--compile reduce-overhead ")],
+)  # fmt: skip
+def test_a_bare_on_or_off_reaches_the_worker_unit_as_the_choice(variable: str, inventory: str, flag: str) -> None:
+    """image_workers_mps / image_workers_compile written bare in an inventory (``off``: YAML's false, which the
+    argument spec accepts for its choice ``off``) reach the unit's ``images run`` as the choice, not as ``False``;
+    a bare ``image_workers_compile: off`` also builds no compiled model at deploy time."""
     role = ROOT / "roles" / "image_workers"
-    unit = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
-        (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text(encoding="utf-8")
-    )
+    unit = (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text(encoding="utf-8")
     role_vars = {**yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8")),
                  **yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8")),
-                 **yaml.safe_load(f"image_workers_mps: {inventory}")}  # fmt: skip
-    text = unit.render(ansible_managed="", **role_vars)
+                 **yaml.safe_load(f"{variable}: {inventory}"), "ansible_managed": ""}  # fmt: skip
+    # the role's files are trusted templates, as Ansible loads them
+    role_vars = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in role_vars.items()}
+    templar = Templar(loader=DataLoader(), variables=role_vars)
+    text = templar.template(trust_as_template(unit))
     assert flag in text and "False" not in text and "True" not in text
+    warm = {**role_vars, "image_workers_model": "/m/model.pt2", "image_workers_mode": "gpu", "ansible_check_mode": False}
+    warms = Templar(loader=DataLoader(), variables=warm).template(trust_as_template("{{ __image_workers_warm }}"))
+    assert str(warms).strip() == str(variable != "image_workers_compile" or "off" not in flag)
 
 
 def test_mirrors_distro_repo_url_reaches_the_driver_role(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
