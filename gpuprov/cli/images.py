@@ -211,7 +211,7 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
     "--task", "task", default=None, type=click.Choice(["stats", "thumbnail"]), help="Built-in task: stats or thumbnail."
 )
 @click.option("--model", "model", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="TorchScript (.pt) or ONNX (.onnx) classifier.")  # fmt: skip
+              help="TorchScript (.pt), exported program (.pt2; see --compile) or ONNX (.onnx) classifier.")  # fmt: skip
 @click.option("--gpus", default="all", show_default=True, help="all, cpu, or indices/UUIDs like 0,1.")
 @click.option(
     "--cpu-workers",
