@@ -13,6 +13,11 @@ from xdist_groups import group_of, group_seconds
 #: the private redis-server fixture ``redis_url`` (tests/conftest_redis.py) for every test that asks for it
 pytest_plugins = ["conftest_redis"]
 
+# `gpuprov images run` leaves a fork server behind for the next run (gpuprov.images.forkserver), which the next test's
+# run would then use: each test's runs start their own workers unless the test asks for a fork server itself
+# (tests/unit/images/test_forkserver.py, the chaos test's forked case)
+os.environ["GPUPROV_IMAGES_KEEP_WARM"] = "0"
+
 
 def _docker_ok() -> bool:
     if shutil.which("docker") is None:

@@ -35,12 +35,16 @@ from gpuprov.cli.images_options import mps_option, run_settings, settings_line, 
 from gpuprov.cli.images_report import QUEUE_ENVVAR, check_json_path, finish_run, progress_log, worker_ready_line
 from gpuprov.cli.images_warm import warm_cmd
 from gpuprov.exceptions import ConfigError
-from gpuprov.images.compiled import check_compile_option
+from gpuprov.images.compiled import check_compile_option, may_compile
+from gpuprov.images.forkserver import KEEP_WARM_S, run_socket, serving, start_server
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.mps import MpsChoice, mps_choice, run_mps
 from gpuprov.images.queue.base import MAX_LEASE_S
 from gpuprov.images.sources import expand_sources
 
+KEEP_WARM_ENV = "GPUPROV_IMAGES_KEEP_WARM"
+#: the longest --keep-warm taken, seconds: a week
+MAX_KEEP_WARM_S = 7 * 86400
 #: the largest --batch taken: far above what a GPU's memory holds of any model's inputs, and small enough for every
 #: queue store's integers (a batch of 10**20 overflowed SQLite's INTEGER in each worker)
 MAX_BATCH = 65536
@@ -114,16 +118,23 @@ def _settings(slots: list[Any], procs_per_gpu: int | None, threads: int | None, 
 
 
 def _supervise(mps: MpsChoice, settings: dict[str, Any], log: Callable[[str], None],
-               run: Callable[[dict[str, str]], list[Any]], ending: dict[str, float]) -> list[Any]:  # fmt: skip
-    """``run(env)`` (the supervisor) under the run's MPS daemon (:func:`~gpuprov.images.mps.run_mps`; ``env``
-    names it to the GPU workers), once the settings line, with MPS's state, is logged and put in ``settings``.
-    Marks in ``ending`` (``time.monotonic()``) when the workers had all exited and when the daemon had stopped."""
+               run: Callable[[dict[str, str], Path | None], list[Any]], ending: dict[str, float],
+               fork: Path | None, keep_warm_s: float) -> list[Any]:  # fmt: skip
+    """``run(env, fork)`` (the supervisor) under the run's MPS daemon (:func:`~gpuprov.images.mps.run_mps`; ``env``
+    names it to the GPU workers), once the settings line, with MPS's state, is logged and put in ``settings``;
+    ``fork``: the fork server's socket (:func:`~gpuprov.images.forkserver.run_socket`) or None. Marks in ``ending``
+    (``time.monotonic()``) when the workers had all exited and when the daemon had stopped. Then, with ``fork``,
+    leaves a fork server there for the next run unless one serves already."""
     with run_mps(mps) as env:
         settings["mps"] = mps.describe() if env or not mps.use else "off (its daemon did not start)"
         log(settings_line(settings))
-        states = run(env)
+        states = run(env, fork)
         ending["workers_exited"] = time.monotonic()
     ending["mps_stopped"] = time.monotonic()
+    if fork is not None and not serving(fork):
+        start_server(fork, keep_warm_s)
+        log(f"left a fork server with torch imported for the next run's workers ({fork}); it ends after "
+            f"{keep_warm_s:g} s without work (--keep-warm 0: none)")  # fmt: skip
     return states
 
 
@@ -254,10 +265,14 @@ def submit_cmd(sources: tuple[str, ...], url: str) -> None:
 @click.option("--follow", is_flag=True,
               help="Keep running when the queue is drained and wait for new images (a service); the manifest is "
                    "rewritten each time the queue drains.")  # fmt: skip
+@click.option("--keep-warm", "keep_warm_s", default=KEEP_WARM_S, show_default=True, envvar=KEEP_WARM_ENV,
+              show_envvar=True, type=click.FloatRange(min=0, max=MAX_KEEP_WARM_S),
+              help="Seconds a process with torch imported stays after the run, so the next run's workers start "
+                   "from it without importing torch; 0: none (docs/images.md, 'Fork server').")  # fmt: skip
 def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str, cpu_workers: int, batch: str,
             size: int | None, lease_s: float, threads: int | None, procs_per_gpu: int | None, compile_mode: str,
             mps_mode: str, jpeg: str, metrics_port: int | None, max_pixels: int, quiet: bool,
-            json_path: Path | None, follow: bool) -> None:  # fmt: skip
+            json_path: Path | None, follow: bool, keep_warm_s: float) -> None:  # fmt: skip
     """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
@@ -308,9 +323,9 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     ending: dict[str, float] = {}
     _exit_on_sigterm()
     try:
-        states_ref.extend(_supervise(mps, settings, log, lambda env: supervise(base, slots, on_event,
-                                                                              settings["procs_per_gpu"], env=env),
-                                     ending))  # fmt: skip
+        states_ref.extend(_supervise(mps, settings, log, lambda env, fork: supervise(
+            base, slots, on_event, settings["procs_per_gpu"], env=env, forkserver=fork), ending,
+            run_socket(keep_warm_s, follow, may_compile(model, compile_mode)), keep_warm_s))  # fmt: skip
         counts = _write_manifest(queue, out, total, ending)
     finally:
         queue.close()

@@ -63,6 +63,13 @@ class CompileChoice:
     reason: str
 
 
+def may_compile(model: str | Path | None, requested: str) -> bool:
+    """Whether a worker of ``model`` with ``--compile requested`` may ``torch.compile`` it: an exported (``.pt2``)
+    model with compile not ``off``. Such a worker points the compile caches before importing torch
+    (:func:`configure_caches`)."""
+    return model is not None and requested != "off" and Path(model).suffix in EXPORTED_SUFFIXES
+
+
 def check_compile_option(requested: str, model: Path | None) -> None:
     """Raise :class:`ConfigError` (exit 2) for a ``--compile`` that is not one of :data:`COMPILE_MODES`, or a
     compile mode asked for by name (``default``, ``reduce-overhead``) with a model ``torch.compile`` cannot

@@ -35,6 +35,8 @@ from gpuprov.images.queue import Queue, QueueLost, Task, UnknownTask
 from gpuprov.images.tasks import Item
 
 T = TypeVar("T")
+DRAIN_POLL_S = 0.1
+"""Seconds between looks at the queue while it has nothing to claim but leased tasks (the run's last batches)."""
 
 
 @dataclass
@@ -70,6 +72,11 @@ class LeaseKeeper(threading.Thread):
         with self.lock:
             self.held.difference_update(ids)
             self.released.notify_all()
+
+    def wait_release(self, timeout: float) -> None:
+        """Block until this worker releases tasks (a batch committed) or ``timeout`` seconds pass."""
+        with self.lock:
+            self.released.wait(timeout)
 
     def wait_released(self, task_id: str) -> None:
         """Block until ``task_id`` is released (completed or failed) or the keeper is stopped."""
@@ -113,7 +120,10 @@ def claims(
                     return
                 time.sleep(poll_s)
                 continue
-            time.sleep(min(1.0, keeper.lease_s / 4))  # others hold leases; they finish or expire
+            # others hold leases (they finish, or expire and are claimed again), or this worker's own batches are
+            # still on their way: look again once one of those is committed here, else after a short wait (a
+            # drained queue then ends the worker within that wait of the last commit, not a second later)
+            keeper.wait_release(DRAIN_POLL_S)
             continue
         keeper.hold([t.id for t in tasks])
         t0 = time.perf_counter()

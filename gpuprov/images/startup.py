@@ -78,6 +78,7 @@ class WorkerState(Protocol):
     batch: int
     failed: int
     restarts: int
+    forked: bool  # the current process came from the fork server
     spawned: float | None  # the current process's spawn
     startup: dict[str, float]  # its start-up marks
     compile: dict[str, Any] | None  # its compile choice: mode (None: eager), requested, reason
@@ -97,7 +98,8 @@ def worker_phases(state: WorkerState) -> dict[str, float]:
 
 def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
     """A worker's entry of the run's JSON report: its slot, device, batch, compile choice (``mode``: None when the
-    model runs uncompiled; ``requested``, ``reason``; None for a built-in task), counts, restarts, start-up seconds
+    model runs uncompiled; ``requested``, ``reason``; None for a built-in task), counts, restarts, whether the fork
+    server started it (``forked``), start-up seconds
     per phase (:func:`phase_seconds`) and, relative to ``started`` (the run's start), when it was spawned and
     when its first result came in."""
     seconds = worker_phases(state)
@@ -110,6 +112,7 @@ def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
         "done": state.total_done,
         "failed": state.failed,
         "restarts": state.restarts,
+        "forked": state.forked,
         "spawned_s": _since(state.spawned, started),
         "startup_s": seconds,
         "ready_s": round(sum(seconds.values()), 3) if PHASES[-1] in seconds else None,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, EnvironmentMissing
+from gpuprov.images.forkserver import ForkedWorker, spawn
 from gpuprov.images.queue import QueueUnavailable
 from gpuprov.images.slots import Slot, replicate
 from gpuprov.images.tasks import sweep_temp_files
@@ -54,7 +55,8 @@ class SlotState:
     """What the supervisor knows about one slot's worker."""
 
     slot: Slot
-    proc: subprocess.Popen[str] | None = None
+    proc: subprocess.Popen[str] | ForkedWorker | None = None
+    forked: bool = False  # the current process came from the fork server (gpuprov.images.forkserver)
     done_before: int = 0
     done: int = 0
     failed: int = 0
@@ -106,12 +108,15 @@ def supervise(
     stop: threading.Event | None = None,
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    forkserver: Path | None = None,
 ) -> list[SlotState]:
     """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
     drained (``base.follow``: until ``stop`` is set), restarting workers that die (see the module docstring).
     Setting ``stop`` sends every worker SIGTERM and returns once they have exited (a worker stopped
-    mid-batch leaves its tasks to lease expiry). GPU workers get ``env`` too (:func:`worker_env`). Returns one state
-    per worker process slot.
+    mid-batch leaves its tasks to lease expiry). GPU workers get ``env`` too (:func:`worker_env`). With
+    ``forkserver`` (a socket path) each worker is asked of the fork server there first, and started as a new
+    interpreter where none answers (:func:`gpuprov.images.forkserver.spawn`). Returns one state per worker process
+    slot.
 
     Raises :class:`ConfigError` (a worker exited with 2), :class:`EnvironmentMissing` (exit 4, a slot out
     of restarts) and :class:`QueueUnavailable` (no worker reached the queue for ``queue_timeout_s``)."""
@@ -125,11 +130,14 @@ def supervise(
         st.restart_at = None
         st.startup = {}
         st.spawned = time.monotonic()
+        child_env = worker_env(st.slot, env)
+        forked = spawn(forkserver, child_env) if forkserver is not None else None
+        st.forked = forked is not None
         # the config goes through a pipe, not argv: `ps` shows argv to every user, and the queue URL may
         # carry a password
-        st.proc = subprocess.Popen(
+        st.proc = forked or subprocess.Popen(
             [sys.executable, "-m", "gpuprov.images.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(st.slot, env),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env,
         )  # fmt: skip
         assert st.proc.stdin is not None
         try:
@@ -140,7 +148,7 @@ def supervise(
         st.reader = threading.Thread(target=read, args=(st, st.proc), daemon=True)
         st.reader.start()
 
-    def read(st: SlotState, proc: subprocess.Popen[str]) -> None:
+    def read(st: SlotState, proc: subprocess.Popen[str] | ForkedWorker) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             try:

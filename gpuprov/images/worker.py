@@ -17,10 +17,14 @@ manifest (:mod:`gpuprov.images.manifest`).
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import logging
 import os
+import select
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +32,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentMissing, GpuprovError
-from gpuprov.images.compiled import EXPORTED_SUFFIXES, configure_caches
+from gpuprov.images.compiled import configure_caches, may_compile
 from gpuprov.images.decode import Decoder
+from gpuprov.images.forkserver import PIDFD_ENV
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.lazy_torch import torch_modules
 from gpuprov.images.memory import Backoff, auto_batch
@@ -85,7 +90,7 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
     :mod:`gpuprov.images.startup`): import torch, open and check the device, make the task (load and freeze a
     model), build its kernel, probe the batch size, compile the model for that batch (``--compile``) and run the
     first batch. Returns the device (``cuda`` or ``cpu``), the task and the batch size's :class:`Backoff`."""
-    if cfg.model and cfg.compile != "off" and Path(cfg.model).suffix in EXPORTED_SUFFIXES:
+    if may_compile(cfg.model, cfg.compile):
         configure_caches()  # before torch is imported: Inductor reads its cache flags then
     torch_modules()
     startup.mark("imports")
@@ -181,10 +186,23 @@ PROFILE_ENV = "GPUPROV_IMAGES_PROFILE"
 """A folder: each worker then runs under cProfile and writes ``<folder>/worker-<pid>.prof`` (benchmarks)."""
 
 
+def preload() -> None:
+    """Import what a worker imports before it opens its device: torch and torchvision (:func:`torch_modules`) and
+    the fused kernel's module (Triton). The fork server calls it (:mod:`gpuprov.images.forkserver`); nothing here
+    initialises CUDA, which a forked child could not use."""
+    torch_modules()
+    importlib.import_module("gpuprov.images.fused")
+
+
 def die_with_supervisor() -> None:
     """Ask the kernel for SIGTERM when the supervisor's thread that started this process ends
     (``prctl(PR_SET_PDEATHSIG)``), then exit at once if the supervisor named in :data:`SUPERVISOR_ENV`
-    already died before that request (this process's parent is then another one)."""
+    already died before that request (this process's parent is then another one). A worker the fork server
+    started (its parent is the server) watches the pidfd of its run that :data:`PIDFD_ENV` names instead, and sends
+    itself SIGTERM when the run ends (at once if it already has)."""
+    if (pidfd := os.environ.pop(PIDFD_ENV, None)) is not None:
+        _sigterm_when_readable(int(pidfd))
+        return
     try:
         if sigterm_on_parent_death()() != 0:
             log.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
@@ -193,6 +211,20 @@ def die_with_supervisor() -> None:
     supervisor = os.environ.get(SUPERVISOR_ENV)
     if supervisor and os.getppid() != int(supervisor):
         sys.exit("gpuprov image worker: its supervisor exited before it started")
+
+
+def _sigterm_when_readable(pidfd: int) -> None:
+    """Send this process SIGTERM, from a daemon thread, once ``pidfd`` is readable (its process has exited)."""
+    os.set_inheritable(pidfd, False)
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        while not poller.poll():
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="run-watch", daemon=True).start()
 
 
 def read_config(stream: TextIO) -> WorkerConfig:
@@ -212,7 +244,10 @@ def read_config(stream: TextIO) -> WorkerConfig:
         sys.exit(EXIT_USAGE)
 
 
-def _child_main() -> None:
+def child_main() -> None:
+    """A worker process's main: read the configuration, run :func:`worker_main`, exit with a code its supervisor
+    reads (:mod:`gpuprov.images.supervisor`). ``python -m gpuprov.images.worker`` and the fork server's children run
+    it."""
     startup = Startup()
     logging.basicConfig(level=os.environ.get("GPUPROV_LOG", "WARNING"), stream=sys.stderr)
     die_with_supervisor()
@@ -250,4 +285,4 @@ def _child_main() -> None:
 
 
 if __name__ == "__main__":
-    _child_main()
+    child_main()

@@ -209,6 +209,7 @@ def test_image_workers_procs_per_gpu_reaches_the_worker_unit(tmp_path: Path) -> 
         text = unit.render(ansible_managed="", image_workers_procs_per_gpu=procs, image_workers_model=None,
                            image_workers_task="thumbnail", image_workers_size=None, image_workers_threads="auto",
                            image_workers_compile="auto", image_workers_mps="auto",
+                           __image_workers_compile="auto", __image_workers_mps="auto",
                            image_workers_lease_s=60, image_workers_output_dir="/o", image_workers_venv="/v",
                            image_workers_user="u", image_workers_group="g", __image_workers_env_dir="/e",
                            image_workers_restart_sec=5, image_workers_start_limit_burst=5,
@@ -231,7 +232,7 @@ def test_a_bare_on_or_off_reaches_the_worker_unit_as_the_choice(variable: str, i
     argument spec accepts for its choice ``off``) reach the unit's ``images run`` as the choice, not as ``False``;
     a bare ``image_workers_compile: off`` also builds no compiled model at deploy time."""
     role = ROOT / "roles" / "image_workers"
-    unit = (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text(encoding="utf-8")
+    unit = (role / "templates" / "etc" / "systemd" / "system" / "gpuprov-worker@.service.j2").read_text("utf-8")
     role_vars = {**yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8")),
                  **yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8")),
                  **yaml.safe_load(f"{variable}: {inventory}"), "ansible_managed": ""}  # fmt: skip
@@ -240,7 +241,8 @@ def test_a_bare_on_or_off_reaches_the_worker_unit_as_the_choice(variable: str, i
     templar = Templar(loader=DataLoader(), variables=role_vars)
     text = templar.template(trust_as_template(unit))
     assert flag in text and "False" not in text and "True" not in text
-    warm = {**role_vars, "image_workers_model": "/m/model.pt2", "image_workers_mode": "gpu", "ansible_check_mode": False}
+    warm = {**role_vars, "image_workers_model": "/m/model.pt2", "image_workers_mode": "gpu",
+            "ansible_check_mode": False}  # fmt: skip
     warms = Templar(loader=DataLoader(), variables=warm).template(trust_as_template("{{ __image_workers_warm }}"))
     assert str(warms).strip() == str(variable != "image_workers_compile" or "off" not in flag)
 

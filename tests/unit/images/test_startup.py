@@ -12,9 +12,9 @@ from gpuprov.images.startup import PHASES, Startup, phase_seconds, run_report, s
 
 
 def _state(name: str, **kw: Any) -> Any:
-    fields = {"slot": Slot(name), "device": "cpu", "batch": 32, "failed": 0, "restarts": 0, "spawned": None,
-              "startup": {}, "compile": None, "first_result": None, "first_done": 0, "last_result": None,
-              "total_done": 0}  # fmt: skip
+    fields = {"slot": Slot(name), "device": "cpu", "batch": 32, "failed": 0, "restarts": 0, "forked": False,
+              "spawned": None, "startup": {}, "compile": None, "first_result": None, "first_done": 0,
+              "last_result": None, "total_done": 0}  # fmt: skip
     return SimpleNamespace(**{**fields, **kw})
 
 

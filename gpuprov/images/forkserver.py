@@ -1,0 +1,313 @@
+"""A fork server for image workers: one process per user and install that has torch imported, left behind by a run
+so the next run's workers start without importing it.
+
+A worker's first seconds go to ``import torch`` and torchvision (docs/benchmarks.md, "start-up phases apart"), the
+same in every worker of every run. After a run, ``gpuprov images run`` leaves a server (``python -m
+gpuprov.images.forkserver_serve``) that imports what a worker imports before it touches a device
+(:func:`gpuprov.images.worker.preload`), then waits on a Unix socket. A later run asks it for each worker: the server
+forks, and the child takes the run's environment, working folder, umask and CPU affinity and the pipes the run
+passed (stdin, stdout, stderr, with ``SCM_RIGHTS``), then runs the worker as ``python -m gpuprov.images.worker``
+would. CUDA is never initialised in the server (a forked child could not use it); each child opens its GPU itself.
+The server ends after ``keep_warm_s`` seconds with no worker and no request.
+
+What keeps it to its own user and install:
+
+- its socket is in a folder of the user's own, mode 0700 (``$XDG_RUNTIME_DIR/gpuprov``, else ``gpuprov-<uid>`` in
+  the temporary folder, ``$TMPDIR`` or /tmp; a folder another user owns or can enter is not used), and the server
+  serves only peers of its own uid (``SO_PEERCRED``);
+- the socket's name is a digest of what the server's imports depend on (:func:`server_key`): the Python, gpuprov's
+  code (its files' modification times), the installs of torch, torchvision, Triton, NumPy and Pillow, and the
+  environment variables read when libraries load (``LD_*``, ``PYTHON*``, ``TORCH*``, ``TRITON*``, ``CUDA*``, thread
+  counts). A run whose key differs starts its own server; the old one ends when its time is up;
+- a request from another cgroup is refused, so a worker is never moved out of a job's cgroup (a Slurm job, a
+  systemd unit): that run starts its workers itself.
+
+A forked worker's parent is the server, so ``PR_SET_PDEATHSIG`` cannot tie it to its run: the run passes a pidfd
+of itself, and the worker ends when that pidfd reports the run's exit
+(:func:`gpuprov.images.worker.die_with_supervisor`).
+The server reports each child's exit status on the request's connection (:class:`ForkedWorker` reads it).
+
+Public API::
+
+    socket_path(environ) -> Path | None              # where this install's server listens; None: no private folder
+    run_socket(keep_warm_s, follow, compiled) -> Path | None   # the socket a run uses; None: no fork server
+    spawn(path, env) -> ForkedWorker | None            # a worker forked by the server there; None: none serves
+    serving(path) -> bool                              # whether a server listens there
+    start_server(path, keep_warm_s) -> None            # leave a server behind (it gives up if one runs there)
+
+The server itself: :mod:`gpuprov.images.forkserver_serve`."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+log = logging.getLogger(__name__)
+
+KEEP_WARM_S = 600.0
+"""Default seconds a fork server waits with no worker and no request before it ends."""
+PIDFD_ENV = "GPUPROV_SUPERVISOR_PIDFD"
+"""In a forked worker: the number of its file descriptor that is a pidfd of the run that asked for it."""
+MAX_SOCKET_PATH = 108
+"""Bytes of a Unix socket's path, its terminating NUL included (``sun_path`` of ``sockaddr_un`` on Linux, unix(7))."""
+REPLY_TIMEOUT_S = 5.0
+"""Seconds a run waits for the server's answer to a request before it starts the worker itself."""
+#: environment variables read when Python and the libraries load (not later): the server's key, since a forked
+#: worker keeps what its server loaded
+LOAD_TIME_PREFIXES = ("LD_", "PYTHON", "TORCH", "TRITON", "CUDA", "NVIDIA", "OMP_", "MKL_", "KMP_", "OPENBLAS")
+#: variables a run sets per worker, read when the worker opens its device (after the fork): not in the key
+PER_WORKER_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MPS_PIPE_DIRECTORY",
+                            "CUDA_MPS_LOG_DIRECTORY", "PYTHONUNBUFFERED"})  # fmt: skip
+#: the packages a server imports besides gpuprov (gpuprov.images.worker.preload): an upgrade of one starts a new server
+PRELOADED = ("torch", "torchvision", "triton", "numpy", "PIL")
+FDS = 4  # passed with a request: the worker's stdin (read end), stdout and stderr (write ends), the run's pidfd
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The user's private folder for the server's socket: ``$XDG_RUNTIME_DIR/gpuprov``, else ``gpuprov-<uid>`` in
+    the temporary folder; created mode 0700. None where it cannot be made or is not private (another owner, or
+    group or other may enter it): no fork server is used then."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_RUNTIME_DIR")
+    private = Path(base) / "gpuprov" if base and Path(base).is_dir() else None
+    folder = private or Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, parents=False, exist_ok=True)
+        info = folder.lstat()
+    except OSError:
+        return None
+    if not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return folder
+
+
+def server_key(environ: Mapping[str, str] | None = None) -> str:
+    """A digest (16 hex digits) of what a server's imports depend on: the Python, gpuprov's code, the installs of
+    :data:`PRELOADED`, and the load-time environment variables (:data:`LOAD_TIME_PREFIXES`, not
+    :data:`PER_WORKER_ENV`)."""
+    env = os.environ if environ is None else environ
+    package = Path(__file__).resolve().parent.parent
+    newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
+    installs = [_install(name) for name in PRELOADED]
+    loaded = sorted((k, v) for k, v in env.items() if k.startswith(LOAD_TIME_PREFIXES) and k not in PER_WORKER_ENV)
+    text = json.dumps([sys.executable, sys.version, str(package), newest, installs, loaded])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _install(name: str) -> tuple[str, int]:
+    """Where top-level package ``name`` is installed and when that was (its ``__init__``'s modification time,
+    nanoseconds), found without importing it; ``("", 0)`` where it is not installed."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    origin = spec.origin if spec is not None and spec.origin else ""
+    try:
+        return origin, Path(origin).stat().st_mtime_ns if origin else 0
+    except OSError:
+        return origin, 0
+
+
+def socket_path(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where the server for this install and environment listens (:func:`runtime_dir`, :func:`server_key`); None
+    without a private folder, or where the path is too long for a Unix socket (:data:`MAX_SOCKET_PATH`)."""
+    folder = runtime_dir(environ)
+    if folder is None:
+        return None
+    path = folder / f"images-{server_key(environ)}.sock"
+    return path if len(os.fsencode(path)) < MAX_SOCKET_PATH else None
+
+
+def run_socket(keep_warm_s: float, follow: bool, compiled: bool,
+               environ: Mapping[str, str] | None = None) -> Path | None:  # fmt: skip
+    """The socket a run's workers are asked of (:func:`socket_path`), or None where a run uses no fork server:
+    ``keep_warm_s`` 0, a ``--follow`` service (its workers live for days: nothing to save, and they stay in the
+    service's cgroup), a model ``compiled`` with ``torch.compile`` (its cache settings are read when torch is
+    imported, before the run's environment reaches a forked worker), or no private folder for the socket."""
+    if keep_warm_s <= 0 or follow or compiled:
+        return None
+    return socket_path(environ)
+
+
+def own_cgroup() -> str:
+    """This process's cgroup (``/proc/self/cgroup``); "" where it cannot be read."""
+    try:
+        return Path("/proc/self/cgroup").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+class ForkedWorker:
+    """A worker the server forked, with the parts of :class:`subprocess.Popen` the supervisor uses: ``pid``,
+    ``stdin`` (text, to write the configuration), ``stdout`` (text, its events), ``returncode``, :meth:`poll`,
+    :meth:`wait` and :meth:`send_signal`. The exit status comes over the request's connection; where the server
+    is gone before it tells, a worker no longer running has the return code -1."""
+
+    def __init__(self, pid: int, conn: socket.socket, stdin: IO[str], stdout: IO[str]) -> None:
+        self.pid = pid
+        self.stdin: IO[str] | None = stdin
+        self.stdout: IO[str] | None = stdout
+        self.returncode: int | None = None
+        self._conn = conn
+        self._buffer = b""
+
+    def poll(self) -> int | None:
+        """The return code once the worker has exited, else None (without waiting)."""
+        if self.returncode is None:
+            self._read(timeout=0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the worker's exit; raises :class:`subprocess.TimeoutExpired` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            self._read(timeout=0.5 if left is None else min(left, 0.5))
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the worker unless it has exited."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _read(self, timeout: float) -> None:
+        self._conn.settimeout(timeout)
+        try:
+            chunk = self._conn.recv(4096)
+        except (TimeoutError, BlockingIOError):
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            self._buffer += chunk
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if "exit" in message:
+                    self._finish(int(message["exit"]))
+            return
+        # the server is gone without telling: the worker's state is all there is to go on
+        if not _running(self.pid):
+            self._finish(-1)
+        else:
+            time.sleep(timeout)
+
+    def _finish(self, code: int) -> None:
+        self.returncode = code
+        self._conn.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
+    """Ask the server listening at ``path`` for a worker with environment ``env`` (and this process's working
+    folder, umask and CPU affinity); the worker's stderr is this process's. None when no server answers there or it
+    refuses (another cgroup): the caller starts the worker itself."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(REPLY_TIMEOUT_S)
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    try:
+        pidfd = os.pidfd_open(os.getpid())
+    except (OSError, AttributeError):  # Linux before 5.3
+        conn.close()
+        return None
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    request = {"env": dict(env), "cwd": str(Path.cwd()), "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
+               "cgroup": own_cgroup()}  # fmt: skip
+    try:
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [stdin_r, stdout_w, 2, pidfd])
+        reply = _read_line(conn)
+    except (OSError, ValueError):
+        reply = {}
+    finally:
+        for fd in (stdin_r, stdout_w, pidfd):
+            os.close(fd)
+    if not isinstance(reply.get("pid"), int):
+        if reply.get("refused"):
+            log.info("fork server at %s refused: %s", path, reply["refused"])
+        conn.close()
+        os.close(stdin_w)
+        os.close(stdout_r)
+        return None
+    return ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"))
+
+
+def _read_line(conn: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    value = json.loads(data) if data else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _umask() -> int:
+    """This process's umask, from ``/proc/self/status`` (``os.umask`` can only read it by changing it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def serving(path: Path) -> bool:
+    """Whether a server listens at ``path``."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def start_server(path: Path, keep_warm_s: float) -> None:
+    """Start a server for ``path`` in the background, in a session of its own, its output in ``path`` with
+    ``.log`` appended; it imports, then listens, or ends at once where one already listens there."""
+    log_path = path.with_suffix(".log")
+    try:
+        with log_path.open("ab") as out:
+            subprocess.Popen(
+                [sys.executable, "-m", "gpuprov.images.forkserver_serve", str(path), str(keep_warm_s)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+            )  # fmt: skip
+    except OSError as exc:
+        log.warning("cannot start the image workers' fork server: %s", exc)

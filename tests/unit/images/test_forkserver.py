@@ -1,0 +1,240 @@
+"""The image workers' fork server (gpuprov.images.forkserver): what a forked worker takes from its run, how its exit
+reaches the run, that it dies with its run, whom the server refuses, when it ends, and two `gpuprov images run`s
+of which the second starts its workers from the server the first one left."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuprov.images import forkserver
+from gpuprov.images.forkserver import run_socket, runtime_dir, server_key, serving, socket_path, spawn
+
+ROOT = Path(__file__).resolve().parents[3]
+STUB = ROOT / "tests" / "forkserver_stub.py"
+
+
+def _wait_for(check: object, within_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private runtime folder of this test's (``XDG_RUNTIME_DIR``), with a short path: a Unix socket's path has
+    at most 107 bytes, which pytest's folders under xdist can pass."""
+    base = Path(tempfile.mkdtemp(prefix="fs-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def stub_server(runtime: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """The stub server (tests/forkserver_stub.py) listening at a socket of this test's; stopped at the end."""
+    path = runtime / "stub.sock"
+    proc = subprocess.Popen([sys.executable, str(STUB), str(path), "60"], cwd=ROOT)
+    assert _wait_for(lambda: serving(path), 30), "the stub server did not listen"
+    yield path, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_forked_child_takes_the_runs_environment_folder_umask_affinity_and_pipes(
+    stub_server: tuple[Path, subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, server = stub_server
+    monkeypatch.chdir(tmp_path)
+    old = os.umask(0o027)
+    try:
+        worker = spawn(path, {**os.environ, "STUB_VALUE": "from the run"})
+    finally:
+        os.umask(old)
+    assert worker is not None
+    assert worker.stdin is not None and worker.stdout is not None
+    assert worker.pid != server.pid and Path(f"/proc/{worker.pid}").exists()
+    worker.stdin.write("config line\n")
+    worker.stdin.close()
+    got = json.loads(worker.stdout.readline())
+    assert worker.wait(timeout=30) == 0 and worker.poll() == 0
+    assert got == {"value": "from the run", "cwd": str(tmp_path), "umask": "0027",
+                   "affinity": sorted(os.sched_getaffinity(0)), "stdin": "config line",
+                   "pidfd_env_left": False}  # fmt: skip
+
+
+def test_a_forked_childs_exit_code_and_death_by_signal_reach_the_run(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    path, _ = stub_server
+    exits = spawn(path, {**os.environ, "STUB_MODE": "exit3"})
+    assert exits is not None and exits.stdin is not None
+    exits.stdin.close()
+    assert exits.wait(timeout=30) == 3
+    waits = spawn(path, {**os.environ, "STUB_MODE": "wait"})
+    assert waits is not None and waits.stdin is not None and waits.stdout is not None
+    waits.stdin.close()
+    waits.stdout.readline()  # it is running
+    assert waits.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        waits.wait(timeout=0.2)
+    waits.send_signal(signal.SIGKILL)
+    assert waits.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_forked_worker_ends_when_its_run_is_killed(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    """Its parent is the server, not the run: the run's pidfd tells it the run is gone (kill -9 included)."""
+    path, server = stub_server
+    run = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time; from pathlib import Path; from gpuprov.images.forkserver import "
+         "spawn; w = spawn(Path(sys.argv[1]), {**os.environ, 'STUB_MODE': 'wait'}); w.stdin.close(); "
+         "w.stdout.readline(); print(w.pid, flush=True); time.sleep(120)", str(path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stdout is not None
+    worker = int(run.stdout.readline())
+    assert not _gone(worker)
+    run.kill()
+    run.wait()
+    assert _wait_for(lambda: _gone(worker), 10), "the forked worker outlived its killed run"
+    assert server.poll() is None  # the server goes on
+
+
+def test_the_server_refuses_a_run_of_another_cgroup(
+    stub_server: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm job's or a unit's workers must stay in its cgroup: that run starts its workers itself."""
+    path, _ = stub_server
+    monkeypatch.setattr(forkserver, "own_cgroup", lambda: "0::/another.slice/job.scope\n")
+    assert spawn(path, dict(os.environ)) is None
+
+
+def test_spawn_without_a_server_gives_none(runtime: Path) -> None:
+    assert spawn(runtime / "nobody.sock", dict(os.environ)) is None
+
+
+def test_the_server_ends_after_its_idle_time_and_a_second_one_gives_way(runtime: Path) -> None:
+    path = runtime / "stub.sock"
+    first = subprocess.Popen([sys.executable, str(STUB), str(path), "2"], cwd=ROOT)
+    try:
+        assert _wait_for(lambda: serving(path), 30)
+        second = subprocess.run([sys.executable, str(STUB), str(path), "60"], cwd=ROOT, timeout=60, check=False)
+        assert second.returncode == 0 and first.poll() is None and serving(path)
+        assert first.wait(timeout=30) == 0
+        assert not path.exists()
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_the_socket_folder_is_private_or_not_used(runtime: Path) -> None:
+    folder = runtime_dir()
+    assert folder == runtime / "gpuprov" and folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o755)
+    assert runtime_dir() is None and socket_path() is None
+    folder.chmod(0o700)
+    if os.getuid() == 0:  # another owner
+        os.chown(folder, 1, 1)
+        assert runtime_dir() is None
+
+
+def test_the_server_key_follows_load_time_variables_not_per_worker_ones() -> None:
+    env = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/a"}
+    key = server_key(env)
+    assert server_key({**env, "CUDA_VISIBLE_DEVICES": "GPU-1", "CUDA_MPS_PIPE_DIRECTORY": "/x", "HOME": "/h"}) == key
+    assert server_key({**env, "LD_LIBRARY_PATH": "/opt/b"}) != key
+    assert server_key({**env, "TRITON_CACHE_DIR": "/c"}) != key
+
+
+def test_no_socket_where_its_path_is_too_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    assert runtime_dir() == deep / "gpuprov" and socket_path() is None
+
+
+def test_runs_without_a_fork_server(runtime: Path) -> None:
+    assert run_socket(600, follow=False, compiled=False) == socket_path()
+    assert run_socket(0, follow=False, compiled=False) is None
+    assert run_socket(600, follow=True, compiled=False) is None  # a service's workers stay in its unit
+    assert run_socket(600, follow=False, compiled=True) is None  # torch.compile's caches are set before import
+
+
+def _stop_servers(folder: Path) -> None:
+    for sock in folder.glob("*.sock"):
+        subprocess.run(["pkill", "-KILL", "-f", str(sock)], check=False)
+
+
+def test_a_second_run_starts_its_workers_from_the_server_the_first_left(
+    runtime: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    from PIL import Image
+
+    monkeypatch.delenv("GPUPROV_IMAGES_KEEP_WARM")  # the default, as a user runs it
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(12):
+        Image.new("RGB", (40 + i, 30), (i * 20, 90, 30)).save(src / f"{i}.png")
+    cli = [sys.executable, "-m", "gpuprov", "images"]
+    reports = []
+    try:
+        for n in (1, 2):
+            url = f"sqlite:///{tmp_path / f'q{n}.db'}"
+            subprocess.run([*cli, "submit", str(src), "--queue", url], check=True, capture_output=True)
+            run = subprocess.run([*cli, "run", "--queue", url, "--out", str(tmp_path / f"o{n}"), "--gpus", "cpu",
+                                  "--cpu-workers", "2", "--task", "stats", "--json", str(tmp_path / f"r{n}.json")],
+                                 capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            reports.append(json.loads((tmp_path / f"r{n}.json").read_text()))
+            if n == 1:
+                assert "left a fork server" in run.stderr, run.stderr
+                path = socket_path()
+                assert path is not None and _wait_for(lambda p=path: serving(p), 120), "no server after the first run"
+        first, second = reports
+        assert [w["forked"] for w in first["workers"]] == [False, False]
+        assert [w["forked"] for w in second["workers"]] == [True, True]
+        assert second["rows"] == first["rows"] == 12 and second["failed"] == 0
+        # a forked worker's interpreter and imports were the server's
+        assert all(w["startup_s"]["imports"] < 0.5 for w in second["workers"]), second["workers"]
+        rows = [json.loads(line) for line in (tmp_path / "o2" / "manifest.jsonl").read_text().splitlines()]
+        assert [r["shard"] for r in rows] == list(range(12)) and all(r["width"] >= 40 for r in rows)
+    finally:
+        _stop_servers(runtime / "gpuprov")
+
+
+def test_keep_warm_0_leaves_no_server(runtime: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.new("RGB", (40, 30)).save(src / "a.png")
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    cli = [sys.executable, "-m", "gpuprov", "images"]
+    subprocess.run([*cli, "submit", str(src), "--queue", url], check=True, capture_output=True)
+    run = subprocess.run([*cli, "run", "--queue", url, "--out", str(tmp_path / "o"), "--gpus", "cpu", "--task", "stats",
+                          "--keep-warm", "0"], capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "fork server" not in run.stderr
+    assert not (runtime / "gpuprov").exists() or not list((runtime / "gpuprov").glob("*.sock"))
