@@ -120,6 +120,7 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
     last = after_launch("last_result_s")
     ending = {step: None if at is None else round(cli + at, 3) for step, at in run.get("ending_s", {}).items()}
     return {
+        "forked": sum(1 for w in run["workers"] if w.get("forked")),
         "cli_s": round(cli, 3),
         "phases_s": phases,
         "first_ready_s": round(min(ready), 3) if ready else None,
@@ -144,7 +145,8 @@ def compiled_workers(run: dict[str, Any]) -> dict[str, int]:
 
 
 def print_breakdown(s: dict[str, Any], workers: int) -> None:
-    print(f"start-up, seconds after `gpuprov images run` was launched ({workers} worker(s)):")
+    print(f"start-up, seconds after `gpuprov images run` was launched ({workers} worker(s), {s['forked']} forked by "
+          "the fork server a run before left):")  # fmt: skip
     print(f"  command's own start (interpreter, imports, options, queue)  {s['cli_s']:7.2f}")
     for phase, v in s["phases_s"].items():
         print(f"  worker {phase:<8} median {v['median']:7.2f}  max {v['max']:7.2f}")

@@ -188,10 +188,13 @@ PROFILE_ENV = "GPUPROV_IMAGES_PROFILE"
 
 def preload() -> None:
     """Import what a worker imports before it opens its device: torch and torchvision (:func:`torch_modules`) and
-    the fused kernel's module (Triton). The fork server calls it (:mod:`gpuprov.images.forkserver`); nothing here
-    initialises CUDA, which a forked child could not use."""
-    torch_modules()
+    the fused kernel's module (Triton). The fork server calls it (:mod:`gpuprov.images.forkserver`). Raises
+    :class:`EnvironmentMissing` where that initialised CUDA, which a forked child could not use."""
+    torch, _ = torch_modules()
     importlib.import_module("gpuprov.images.fused")
+    if torch.cuda.is_initialized():
+        raise EnvironmentMissing("CUDA was initialised while importing what a worker needs; a fork server's children "
+                                 "could not use it")  # fmt: skip
 
 
 def die_with_supervisor() -> None:

@@ -79,6 +79,9 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     assert (res["compile"], res["model_format"], res["settings"]["compile"]) == ("off", "torchscript", "off")
     assert res["compiled"] == {"off (--compile off)": 1} and res["settings"]["procs_per_gpu"] == 1
     assert list(res["startup"]["phases_s"]) == list(PHASES)
+    assert res["startup"]["forked"] == 0 and "0 forked by the fork server" in proc.stdout  # the tests keep none warm
+    assert list(res["startup"]["ending_s"]) == ["workers_exited", "mps_stopped", "manifest_written"]
+    assert "then workers exited " in proc.stdout
     assert not any(key.startswith(("sm", "jpg")) for key in res["util"]), "no GPU: nothing sampled from NVML"
     assert set(res["baselines"]) == {"naive", "dataloader"} and all(v > 0 for v in res["baselines"].values())
     assert {"end_to_end/naive", "end_to_end/dataloader"} <= set(res["ratios"])
