@@ -55,6 +55,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from gpuprov.images.parent_death import process_exists
+
 log = logging.getLogger(__name__)
 
 KEEP_WARM_S = 600.0
@@ -209,7 +211,7 @@ class ForkedWorker:
                     self._finish(int(message["exit"]))
             return
         # the server is gone without telling: the worker's state is all there is to go on
-        if not _running(self.pid):
+        if not process_exists(self.pid):
             self._finish(-1)
         else:
             time.sleep(timeout)
@@ -217,16 +219,6 @@ class ForkedWorker:
     def _finish(self, code: int) -> None:
         self.returncode = code
         self._conn.close()
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:

@@ -33,6 +33,7 @@ from gpuprov.images.decode import Decoded
 from gpuprov.images.fused import resize_normalise
 from gpuprov.images.lazy_torch import torch_modules
 from gpuprov.images.memory import check_budget
+from gpuprov.images.parent_death import process_exists
 from gpuprov.images.transforms import to_unit
 
 BUILTIN_TASKS = ("stats", "thumbnail")
@@ -101,24 +102,13 @@ def sweep_temp_files(out: Path, pid: int | None = None) -> int:
     removed = 0
     for tmp in out.rglob(f".*.{writer_tag(pid) if pid is not None else socket.gethostname() + '-*'}.*.tmp"):
         m = tag.search(tmp.name)
-        if m is None or (pid is None and _running(int(m.group(1)))):
+        if m is None or (pid is None and process_exists(int(m.group(1)))):
             continue
         tmp.unlink(missing_ok=True)
         removed += 1
     if removed:
         log.info("removed %d temporary file(s) of dead writers under %s", removed, out)
     return removed
-
-
-def _running(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this host (one of another user counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
