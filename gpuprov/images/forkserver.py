@@ -250,7 +250,10 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
     request = {"env": dict(env), "cwd": str(Path.cwd()), "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
                "cgroup": own_cgroup()}  # fmt: skip
     try:
-        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [stdin_r, stdout_w, 2, pidfd])
+        payload = json.dumps(request).encode() + b"\n"
+        # a stream socket takes what its buffer holds (some hundred kB): the rest of a large environment follows
+        sent = socket.send_fds(conn, [payload], [stdin_r, stdout_w, 2, pidfd])
+        conn.sendall(payload[sent:])
         reply = _read_line(conn)
     except (OSError, ValueError):
         reply = {}

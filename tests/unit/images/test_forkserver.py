@@ -130,6 +130,19 @@ def test_the_server_refuses_a_run_of_another_cgroup(
     assert spawn(path, dict(os.environ)) is None
 
 
+def test_a_run_with_a_large_environment_gets_a_forked_worker(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """A request larger than the socket's buffer (an environment of megabytes) reaches the server whole."""
+    path, _ = stub_server
+    value = "x" * 3_000_000
+    worker = spawn(path, {**os.environ, "STUB_VALUE": value})
+    assert worker is not None and worker.stdin is not None and worker.stdout is not None
+    worker.stdin.close()
+    assert json.loads(worker.stdout.readline())["value"] == value
+    assert worker.wait(timeout=30) == 0
+
+
 def test_spawn_without_a_server_gives_none(runtime: Path) -> None:
     assert spawn(runtime / "nobody.sock", dict(os.environ)) is None
 
