@@ -27,6 +27,9 @@ from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, own_cgrou
 
 log = logging.getLogger(__name__)
 
+MAX_REQUEST_BYTES = 64 << 20
+"""Bytes of one request's JSON line past which the server drops it (an environment is a few hundred kB at most)."""
+
 
 def serve(path: Path, keep_warm_s: float, preload: Callable[[], None], child_main: Callable[[], None]) -> None:
     """Import with ``preload``, listen at ``path`` and fork a worker (``child_main`` in the child) per request until
@@ -98,12 +101,20 @@ class _Server:
         log.info("no worker and no request for %.0f s: ending", self.keep_warm_s)
 
     def _request(self, conn: socket.socket) -> None:
+        """Read one request (a JSON line and :data:`FDS` file descriptors) from ``conn`` and fork its worker, or
+        answer a refusal. The request must arrive whole within :data:`REPLY_TIMEOUT_S` seconds and
+        :data:`MAX_REQUEST_BYTES`; one that does not, or is not JSON, is dropped and the server goes on."""
         self.idle_since = time.monotonic()
+        deadline = self.idle_since + REPLY_TIMEOUT_S
         fds: list[int] = []
         try:
             conn.settimeout(REPLY_TIMEOUT_S)
             data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, FDS)
             while data and not data.endswith(b"\n"):  # the rest of a long environment
+                left = deadline - time.monotonic()
+                if left <= 0 or len(data) > MAX_REQUEST_BYTES:
+                    raise ValueError(f"no whole request within {REPLY_TIMEOUT_S:g} s and {MAX_REQUEST_BYTES} bytes")
+                conn.settimeout(left)
                 chunk = conn.recv(1 << 20)
                 if not chunk:
                     break
@@ -122,7 +133,7 @@ class _Server:
                 self._child(conn, request, fds)  # never returns
             self.children[pid] = conn
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested past Python's limit
             log.warning("a request failed: %s", exc)
             conn.close()
         finally:

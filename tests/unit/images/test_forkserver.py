@@ -4,13 +4,16 @@ of which the second starts its workers from the server the first one left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +143,45 @@ def test_a_run_with_a_large_environment_gets_a_forked_worker(
     assert worker is not None and worker.stdin is not None and worker.stdout is not None
     worker.stdin.close()
     assert json.loads(worker.stdout.readline())["value"] == value
+    assert worker.wait(timeout=30) == 0
+
+
+def test_the_server_survives_bad_requests_and_goes_on_serving(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """Garbage, JSON nested past Python's recursion limit, a request without its end: each ends only itself."""
+    path, server = stub_server
+    for payload in (b"garbage\n", b"\xff\xfe\n", b"[" * 100_000 + b"\n", b'{"env": 5}\n'):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(str(path))
+            socket.send_fds(conn, [payload], [0, 1, 2])
+            conn.recv(4096)  # a refusal, or closed
+    # a client that sends a byte now and then, never the line's end, holds the server at most its reply time: a run
+    # asking meanwhile gets its worker
+    dripping = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dripping.connect(str(path))
+    dripping.sendall(b'{"env": {')
+    done = threading.Event()
+
+    def drip() -> None:
+        while not done.wait(0.5):
+            with contextlib.suppress(OSError):
+                dripping.sendall(b" ")
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    try:
+        time.sleep(forkserver.REPLY_TIMEOUT_S / 2)
+        worker = spawn(path, {**os.environ, "STUB_VALUE": "after"})
+    finally:
+        done.set()
+        dripper.join()
+        dripping.close()
+    assert server.poll() is None
+    assert worker is not None and worker.stdin is not None and worker.stdout is not None
+    worker.stdin.close()
+    assert json.loads(worker.stdout.readline())["value"] == "after"
     assert worker.wait(timeout=30) == 0
 
 
