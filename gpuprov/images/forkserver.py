@@ -45,6 +45,7 @@ import importlib.util
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -154,14 +155,18 @@ class ForkedWorker:
     """A worker the server forked, with the parts of :class:`subprocess.Popen` the supervisor uses: ``pid``,
     ``stdin`` (text, to write the configuration), ``stdout`` (text, its events), ``returncode``, :meth:`poll`,
     :meth:`wait` and :meth:`send_signal`. The exit status comes over the request's connection; where the server
-    is gone before it tells, a worker no longer running has the return code -1."""
+    is gone before it tells, a worker that has exited has the return code -1. Whether it has is read from
+    ``pidfd``, a pidfd of the worker (None where it could not be opened: then from its pid): the server's orphans go
+    to a subreaper that may leave them zombies, to which a signal 0 still gets through."""
 
-    def __init__(self, pid: int, conn: socket.socket, stdin: IO[str], stdout: IO[str]) -> None:
+    def __init__(self, pid: int, conn: socket.socket, stdin: IO[str], stdout: IO[str],
+                 pidfd: int | None = None) -> None:  # fmt: skip
         self.pid = pid
         self.stdin: IO[str] | None = stdin
         self.stdout: IO[str] | None = stdout
         self.returncode: int | None = None
         self._conn = conn
+        self._pidfd = pidfd
         self._buffer = b""
 
     def poll(self) -> int | None:
@@ -184,7 +189,10 @@ class ForkedWorker:
         """Send ``sig`` to the worker unless it has exited."""
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, sig)  # not another process that took its pid
+                else:
+                    os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -209,24 +217,31 @@ class ForkedWorker:
                     self._finish(int(message["exit"]))
             return
         # the server is gone without telling: the worker's state is all there is to go on
-        if not _running(self.pid):
+        if not self._running():
             self._finish(-1)
         else:
             time.sleep(timeout)
 
+    def _running(self) -> bool:
+        """Whether the worker has not exited (a zombie has)."""
+        if self._pidfd is not None:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            return not poller.poll(0)  # a pidfd is readable once its process has exited
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
     def _finish(self, code: int) -> None:
         self.returncode = code
         self._conn.close()
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
@@ -267,7 +282,11 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
         os.close(stdin_w)
         os.close(stdout_r)
         return None
-    return ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"))
+    try:
+        worker_pidfd: int | None = os.pidfd_open(reply["pid"])
+    except OSError:  # it exited and the server reaped it already: the server tells its exit
+        worker_pidfd = None
+    return ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"), worker_pidfd)
 
 
 def _read_line(conn: socket.socket) -> dict[str, Any]:

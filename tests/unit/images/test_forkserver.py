@@ -124,6 +124,28 @@ def test_a_forked_worker_ends_when_its_run_is_killed(stub_server: tuple[Path, su
     assert server.poll() is None  # the server goes on
 
 
+def test_a_forked_workers_exit_reaches_the_run_when_the_server_is_gone_and_nobody_reaps_it(runtime: Path) -> None:
+    """Killed, the server cannot tell the exit: the run then looks at the worker itself. Orphaned, the worker is a
+    child of the nearest subreaper (a container's init, a job manager), which may leave it a zombie: a zombie has
+    exited (a signal 0 still reaches it, which made the run wait for it for ever)."""
+    script = (
+        "import ctypes, os, subprocess, sys, time; from pathlib import Path\n"
+        "from gpuprov.images.forkserver import serving, spawn\n"
+        "ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here\n"
+        "path = Path(sys.argv[1])\n"
+        "server = subprocess.Popen([sys.executable, sys.argv[2], str(path), '60'])\n"
+        "while not serving(path): time.sleep(0.05)\n"
+        "w = spawn(path, {**os.environ, 'STUB_MODE': 'wait'}); w.stdin.close(); w.stdout.readline()\n"
+        "server.kill(); server.wait()\n"
+        "os.kill(w.pid, 9)  # now a zombie of this process, which does not reap it\n"
+        "print(w.wait(timeout=10), flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(runtime / "stub.sock"), str(STUB)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "-1"
+
+
 def test_the_server_refuses_a_run_of_another_cgroup(
     stub_server: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
