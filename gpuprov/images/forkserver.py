@@ -247,7 +247,12 @@ class ForkedWorker:
 def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
     """Ask the server listening at ``path`` for a worker with environment ``env`` (and this process's working
     folder, umask and CPU affinity); the worker's stderr is this process's. None when no server answers there or it
-    refuses (another cgroup): the caller starts the worker itself."""
+    refuses (another cgroup), or where this process's working folder was removed (a child could not enter it): the
+    caller starts the worker itself."""
+    try:
+        cwd = str(Path.cwd())
+    except OSError:
+        return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(REPLY_TIMEOUT_S)
@@ -262,7 +267,7 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
         return None
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
-    request = {"env": dict(env), "cwd": str(Path.cwd()), "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
+    request = {"env": dict(env), "cwd": cwd, "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
                "cgroup": own_cgroup()}  # fmt: skip
     try:
         payload = json.dumps(request).encode() + b"\n"

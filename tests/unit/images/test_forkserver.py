@@ -207,6 +207,18 @@ def test_the_server_survives_bad_requests_and_goes_on_serving(
     assert worker.wait(timeout=30) == 0
 
 
+def test_spawn_from_a_removed_working_folder_gives_none(
+    stub_server: tuple[Path, subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child could not enter it: the run starts that worker itself (it raised FileNotFoundError in the run)."""
+    path, _ = stub_server
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert spawn(path, dict(os.environ)) is None
+
+
 def test_spawn_without_a_server_gives_none(runtime: Path) -> None:
     assert spawn(runtime / "nobody.sock", dict(os.environ)) is None
 
