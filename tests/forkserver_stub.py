@@ -7,7 +7,8 @@
 A child asks to die with its run (:func:`gpuprov.images.worker.die_with_supervisor`), reads one line from stdin,
 prints one JSON line of what it got (``STUB_VALUE`` from its environment, its working folder, umask, CPU affinity,
 the stdin line, whether the pidfd variable was left in its environment), then acts on ``STUB_MODE``: ``exit3``
-exits with 3, ``wait`` sleeps for two minutes, anything else exits 0.
+exits with 3, ``wait`` sleeps for two minutes, ``later3`` exits with 3 once stdin reaches its end, anything else
+exits 0.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def report() -> None:
         sys.exit(3)
     if mode == "wait":
         time.sleep(120)
+    if mode == "later3":
+        sys.stdin.read()
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ What keeps it to its own user and install:
 A forked worker's parent is the server, so ``PR_SET_PDEATHSIG`` cannot tie it to its run: the run passes a pidfd
 of itself, and the worker ends when that pidfd reports the run's exit
 (:func:`gpuprov.images.worker.die_with_supervisor`).
-The server reports each child's exit status on the request's connection (:class:`ForkedWorker` reads it).
+The server reports each child's exit status on the request's connection (:class:`ForkedWorker` reads it); the child
+says its exit code there too before it exits, which is what the run goes by where the server was killed.
 
 Public API::
 
@@ -155,9 +156,10 @@ class ForkedWorker:
     """A worker the server forked, with the parts of :class:`subprocess.Popen` the supervisor uses: ``pid``,
     ``stdin`` (text, to write the configuration), ``stdout`` (text, its events), ``returncode``, :meth:`poll`,
     :meth:`wait` and :meth:`send_signal`. The exit status comes over the request's connection; where the server
-    is gone before it tells, a worker that has exited has the return code -1. Whether it has is read from
-    ``pidfd``, a pidfd of the worker (None where it could not be opened: then from its pid): the server's orphans go
-    to a subreaper that may leave them zombies, to which a signal 0 still gets through."""
+    is gone before it tells, a worker that has exited has the code it said it was exiting with (the child sends
+    ``{"exiting": code}`` on the same connection before it exits), or -1 (killed by a signal). Whether it has
+    exited is read from ``pidfd``, a pidfd of the worker (None where it could not be opened: then from its pid): the
+    server's orphans go to a subreaper that may leave them zombies, to which a signal 0 still gets through."""
 
     def __init__(self, pid: int, conn: socket.socket, stdin: IO[str], stdout: IO[str],
                  pidfd: int | None = None) -> None:  # fmt: skip
@@ -167,6 +169,7 @@ class ForkedWorker:
         self.returncode: int | None = None
         self._conn = conn
         self._pidfd = pidfd
+        self._exiting: int | None = None  # the code the worker said it exits with
         self._buffer = b""
 
     def poll(self) -> int | None:
@@ -213,12 +216,15 @@ class ForkedWorker:
             while b"\n" in self._buffer:
                 line, self._buffer = self._buffer.split(b"\n", 1)
                 message = json.loads(line)
+                if "exiting" in message:
+                    self._exiting = int(message["exiting"])
                 if "exit" in message:
                     self._finish(int(message["exit"]))
+                    return
             return
         # the server is gone without telling: the worker's state is all there is to go on
         if not self._running():
-            self._finish(-1)
+            self._finish(-1 if self._exiting is None else self._exiting)
         else:
             time.sleep(timeout)
 

@@ -163,7 +163,7 @@ class _Server:
             self.listener.close()
             for other in self.children.values():
                 other.close()
-            conn.close()
+            conn.settimeout(REPLY_TIMEOUT_S)  # kept: the exit code goes there too (the server may be gone by then)
             os.close(self.wake_r)
             os.close(self.wake_w)
             stdin, stdout, stderr, pidfd = fds
@@ -192,6 +192,8 @@ class _Server:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
+            with contextlib.suppress(Exception):
+                conn.sendall(json.dumps({"exiting": code}).encode() + b"\n")
             os._exit(code)
 
     def _reap(self) -> None:

@@ -146,6 +146,23 @@ def test_a_forked_workers_exit_reaches_the_run_when_the_server_is_gone_and_nobod
     assert run.stdout.strip() == "-1"
 
 
+def test_a_forked_workers_exit_code_reaches_the_run_after_the_server_was_killed(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """The child says its code on the request's connection: a worker that ends with 2 or 4 after its server was
+    killed ends the run as it should, and one that ends with 0 is not restarted as a crash (-1)."""
+    path, server = stub_server
+    worker = spawn(path, {**os.environ, "STUB_MODE": "later3"})
+    assert worker is not None and worker.stdin is not None and worker.stdout is not None
+    worker.stdin.write("config\n")
+    worker.stdin.flush()
+    worker.stdout.readline()  # it is running
+    server.kill()
+    server.wait()
+    worker.stdin.close()  # now it exits with 3
+    assert worker.wait(timeout=30) == 3
+
+
 def test_the_server_refuses_a_run_of_another_cgroup(
     stub_server: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
