@@ -33,6 +33,7 @@ Public API::
     socket_path(environ) -> Path | None              # where this install's server listens; None: no private folder
     run_socket(keep_warm_s, follow, compiled) -> Path | None   # the socket a run uses; None: no fork server
     spawn(path, env) -> ForkedWorker | None            # a worker forked by the server there; None: none serves
+    say_exit(code) -> None                             # in a forked worker, last: tell the run its exit code
     serving(path) -> bool                              # whether a server listens there
     start_server(path, keep_warm_s) -> None            # leave a server behind (it gives up if one runs there)
 
@@ -248,6 +249,20 @@ class ForkedWorker:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+
+_exit_conn: socket.socket | None = None  # in a forked worker: its request's connection (the run reads it)
+
+
+def say_exit(code: int) -> None:
+    """In a forked worker: tell its run the code this process is about to exit with (the run goes by it where the
+    server was killed before telling the exit); nothing in a worker the run started itself. Call it last, before
+    ``os._exit``; errors are ignored (the run is gone)."""
+    global _exit_conn
+    conn, _exit_conn = _exit_conn, None
+    if conn is not None:
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"exiting": code}).encode() + b"\n")
 
 
 def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuprov.images import forkserver
 from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, own_cgroup, serving
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class _Server:
             for other in self.children.values():
                 other.close()
             conn.settimeout(REPLY_TIMEOUT_S)  # kept: the exit code goes there too (the server may be gone by then)
+            forkserver._exit_conn = conn
             os.close(self.wake_r)
             os.close(self.wake_w)
             stdin, stdout, stderr, pidfd = fds
@@ -192,8 +194,7 @@ class _Server:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
-            with contextlib.suppress(Exception):
-                conn.sendall(json.dumps({"exiting": code}).encode() + b"\n")
+            forkserver.say_exit(code)
             os._exit(code)
 
     def _reap(self) -> None:

@@ -152,15 +152,18 @@ def test_a_forked_workers_exit_code_reaches_the_run_after_the_server_was_killed(
     """The child says its code on the request's connection: a worker that ends with 2 or 4 after its server was
     killed ends the run as it should, and one that ends with 0 is not restarted as a crash (-1)."""
     path, server = stub_server
-    worker = spawn(path, {**os.environ, "STUB_MODE": "later3"})
-    assert worker is not None and worker.stdin is not None and worker.stdout is not None
-    worker.stdin.write("config\n")
-    worker.stdin.flush()
-    worker.stdout.readline()  # it is running
+    workers = {code: spawn(path, {**os.environ, "STUB_MODE": f"later{code}"}) for code in (3, 0)}
+    for worker in workers.values():
+        assert worker is not None and worker.stdin is not None and worker.stdout is not None
+        worker.stdin.write("config\n")
+        worker.stdin.flush()
+        worker.stdout.readline()  # it is running
     server.kill()
     server.wait()
-    worker.stdin.close()  # now it exits with 3
-    assert worker.wait(timeout=30) == 3
+    for code, worker in workers.items():
+        assert worker is not None and worker.stdin is not None
+        worker.stdin.close()  # now it exits
+        assert worker.wait(timeout=30) == code
 
 
 def test_the_server_refuses_a_run_of_another_cgroup(
