@@ -50,6 +50,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -80,12 +81,13 @@ FDS = 4  # passed with a request: the worker's stdin (read end), stdout and stde
 
 
 def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The user's private folder for the server's socket: ``$XDG_RUNTIME_DIR/gpuprov``, else ``gpuprov-<uid>`` in
-    the temporary folder; created mode 0700. None where it cannot be made or is not private (another owner, or
-    group or other may enter it): no fork server is used then."""
+    """The user's private folder for the server's socket: ``$XDG_RUNTIME_DIR/gpuprov`` where that folder is this
+    user's own with mode 0700 (not where ``su`` or ``sudo`` kept another user's: that user could swap the folder
+    in it), else ``gpuprov-<uid>`` in the temporary folder; created mode 0700. None where it cannot be made or is
+    not private (another owner, or group or other may enter it): no fork server is used then."""
     env = os.environ if environ is None else environ
     base = env.get("XDG_RUNTIME_DIR")
-    private = Path(base) / "gpuprov" if base and Path(base).is_dir() else None
+    private = Path(base) / "gpuprov" if base and _own_private(Path(base)) else None
     folder = private or Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
     try:
         folder.mkdir(mode=0o700, parents=False, exist_ok=True)
@@ -95,6 +97,15 @@ def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     if not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
         return None
     return folder
+
+
+def _own_private(folder: Path) -> bool:
+    """Whether ``folder`` is a folder of this user's that group and other cannot enter or write."""
+    try:
+        info = folder.stat()
+    except OSError:
+        return False
+    return folder.is_dir() and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def server_key(environ: Mapping[str, str] | None = None) -> str:
@@ -278,7 +289,12 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
     try:
         conn.settimeout(REPLY_TIMEOUT_S)
         conn.connect(str(path))
+        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     except OSError:
+        conn.close()
+        return None
+    if uid != os.getuid():  # not this user's server: it would get the worker's configuration (the queue's URL)
+        log.warning("fork server at %s is uid %d's, not this user's: not used", path, uid)
         conn.close()
         return None
     try:

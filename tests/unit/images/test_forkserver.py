@@ -268,6 +268,39 @@ def test_the_socket_folder_is_private_or_not_used(runtime: Path) -> None:
         assert runtime_dir() is None
 
 
+def test_another_users_runtime_folder_is_not_used(runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``su``/``sudo`` may keep another user's XDG_RUNTIME_DIR: that user could swap the socket's folder in it."""
+    runtime.chmod(0o755)
+    assert runtime_dir() == Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
+    runtime.chmod(0o700)
+    assert runtime_dir() == runtime / "gpuprov"
+    if os.getuid() == 0:
+        os.chown(runtime, 1, 1)
+        assert runtime_dir() == Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="listens as another user")
+def test_spawn_does_not_use_another_users_server(runtime: Path) -> None:
+    """The run checks whom it talks to: another user's server would get the worker's pipes and configuration."""
+    theirs = runtime / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 1, 1)
+    runtime.chmod(0o755)
+    path = theirs / "images.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import os, socket, sys, time\nos.setgid(1); os.setuid(1)\n"
+         "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); print('up', flush=True)\n"
+         "c, _ = s.accept(); c.recv(1 << 20); c.sendall(b'{\"pid\": 1}\\n'); time.sleep(60)", str(path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "up\n"
+        assert spawn(path, dict(os.environ)) is None
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_the_server_key_follows_load_time_variables_not_per_worker_ones() -> None:
     env = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/a"}
     key = server_key(env)
@@ -278,7 +311,7 @@ def test_the_server_key_follows_load_time_variables_not_per_worker_ones() -> Non
 
 def test_no_socket_where_its_path_is_too_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
+    deep.mkdir(parents=True, mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
     assert runtime_dir() == deep / "gpuprov" and socket_path() is None
 
