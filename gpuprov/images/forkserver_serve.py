@@ -35,7 +35,10 @@ MAX_REQUEST_BYTES = 64 << 20
 def serve(path: Path, keep_warm_s: float, preload: Callable[[], None], child_main: Callable[[], None]) -> None:
     """Import with ``preload``, listen at ``path`` and fork a worker (``child_main`` in the child) per request until
     ``keep_warm_s`` seconds pass with no worker and no request. Returns at once where another server listens at
-    ``path``."""
+    ``path``, without the imports (two runs ending together each start one), or after them where one started
+    listening meanwhile."""
+    if serving(path):
+        return
     preload()
     with _bound(path) as listener:
         if listener is None:

@@ -257,6 +257,16 @@ def test_the_server_ends_after_its_idle_time_and_a_second_one_gives_way(runtime:
         first.wait()
 
 
+def test_a_second_server_gives_way_before_it_imports(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    """Two runs that end together each start a server: the second must not import torch only to end."""
+    from gpuprov.images.forkserver_serve import serve
+
+    path, server = stub_server
+    imported = []
+    serve(path, 60, lambda: imported.append(True), lambda: None)
+    assert not imported and server.poll() is None and serving(path)
+
+
 def test_the_socket_folder_is_private_or_not_used(runtime: Path) -> None:
     folder = runtime_dir()
     assert folder == runtime / "gpuprov" and folder.stat().st_mode & 0o777 == 0o700
