@@ -216,6 +216,8 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
     def _read(self, timeout: float) -> None:
+        if self._take_lines():  # read with the server's answer (spawn)
+            return
         self._conn.settimeout(timeout)
         try:
             chunk = self._conn.recv(4096)
@@ -225,20 +227,26 @@ class ForkedWorker:
             chunk = b""
         if chunk:
             self._buffer += chunk
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                message = json.loads(line)
-                if "exiting" in message:
-                    self._exiting = int(message["exiting"])
-                if "exit" in message:
-                    self._finish(int(message["exit"]))
-                    return
+            self._take_lines()
             return
         # the server is gone without telling: the worker's state is all there is to go on
         if not self._running():
             self._finish(-1 if self._exiting is None else self._exiting)
         else:
             time.sleep(timeout)
+
+    def _take_lines(self) -> bool:
+        """Act on the whole lines read so far (``exiting``: the code the child said; ``exit``: the server's word);
+        whether the worker's exit is known now."""
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if "exiting" in message:
+                self._exiting = int(message["exiting"])
+            if "exit" in message:
+                self._finish(int(message["exit"]))
+                return True
+        return False
 
     def _running(self) -> bool:
         """Whether the worker has not exited (a zombie has)."""
@@ -311,9 +319,9 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
         # a stream socket takes what its buffer holds (some hundred kB): the rest of a large environment follows
         sent = socket.send_fds(conn, [payload], [stdin_r, stdout_w, 2, pidfd])
         conn.sendall(payload[sent:])
-        reply = _read_line(conn)
+        reply, rest = _read_reply(conn)
     except (OSError, ValueError):
-        reply = {}
+        reply, rest = {}, b""
     finally:
         for fd in (stdin_r, stdout_w, pidfd):
             os.close(fd)
@@ -328,18 +336,30 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
         worker_pidfd: int | None = os.pidfd_open(reply["pid"])
     except OSError:  # it exited and the server reaped it already: the server tells its exit
         worker_pidfd = None
-    return ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"), worker_pidfd)
+    worker = ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"), worker_pidfd)
+    worker._buffer = rest
+    return worker
 
 
-def _read_line(conn: socket.socket) -> dict[str, Any]:
-    data = b""
-    while not data.endswith(b"\n"):
+def _read_reply(conn: socket.socket) -> tuple[dict[str, Any], bytes]:
+    """The server's answer to a request (``{"pid": N}`` or ``{"refused": why}``; ``{}`` where the connection ends
+    first) and the lines read with it or before it: a child that exits at once may say so (``{"exiting": code}``)
+    before the server answers, and the server may tell its exit in the same read. Raises :class:`OSError` (a
+    timeout included) and :class:`ValueError` (not JSON)."""
+    data, early = b"", b""
+    while True:
+        while b"\n" in data:
+            line, data = data.split(b"\n", 1)
+            value = json.loads(line)
+            if not isinstance(value, dict):
+                return {}, b""
+            if "pid" in value or "refused" in value:
+                return value, early + data
+            early += line + b"\n"
         chunk = conn.recv(4096)
         if not chunk:
-            break
+            return {}, b""
         data += chunk
-    value = json.loads(data) if data else {}
-    return value if isinstance(value, dict) else {}
 
 
 def _umask() -> int:

@@ -106,6 +106,24 @@ def test_a_forked_childs_exit_code_and_death_by_signal_reach_the_run(
     assert waits.wait(timeout=30) == -signal.SIGKILL
 
 
+def test_a_worker_that_dies_at_once_is_still_a_forked_worker_with_its_exit_code(
+    stub_server: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its exit (said by the child, told by the server) may reach the run with the server's answer, or before it."""
+    path, _ = stub_server
+    recv = socket.socket.recv
+
+    def slow_recv(self: socket.socket, size: int, *args: int) -> bytes:
+        time.sleep(0.3)  # a busy run: the child's and the server's lines are all there when it reads
+        return recv(self, size, *args)
+
+    monkeypatch.setattr(socket.socket, "recv", slow_recv)
+    for _ in range(3):
+        worker = spawn(path, {**os.environ, "STUB_MODE": "now3"})
+        assert worker is not None
+        assert worker.wait(timeout=30) == 3
+
+
 def test_a_forked_worker_ends_when_its_run_is_killed(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
     """Its parent is the server, not the run: the run's pidfd tells it the run is gone (kill -9 included)."""
     path, server = stub_server
