@@ -6,8 +6,10 @@
 
 A child asks to die with its run (:func:`gpuprov.images.worker.die_with_supervisor`), reads one line from stdin,
 prints one JSON line of what it got (``STUB_VALUE`` from its environment, its working folder, umask, CPU affinity,
-the stdin line, whether the pidfd variable was left in its environment), then acts on ``STUB_MODE``: ``exit3``
-exits with 3, ``wait`` sleeps for two minutes, anything else exits 0.
+the stdin line, whether the pidfd variable was left in its environment), then acts on ``STUB_MODE``
+(``now3``: exits with 3 before all that): ``exit3``
+exits with 3, ``wait`` sleeps for two minutes, ``later3`` exits with 3 once stdin reaches its end, ``later0``
+then exits 0 as a worker does (:func:`gpuprov.images.forkserver.say_exit`, ``os._exit``), anything else exits 0.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpuprov.images.forkserver import PIDFD_ENV
+from gpuprov.images.forkserver import PIDFD_ENV, say_exit
 from gpuprov.images.forkserver_serve import serve
 from gpuprov.images.worker import die_with_supervisor
 
@@ -31,6 +33,8 @@ def _umask() -> str:
 
 
 def report() -> None:
+    if os.environ.get("STUB_MODE") == "now3":  # dies at once, before it reads its configuration
+        sys.exit(3)
     die_with_supervisor()
     line = sys.stdin.readline().strip()
     print(json.dumps({"value": os.environ.get("STUB_VALUE"), "cwd": str(Path.cwd()), "umask": _umask(),
@@ -41,6 +45,13 @@ def report() -> None:
         sys.exit(3)
     if mode == "wait":
         time.sleep(120)
+    if mode == "later3":
+        sys.stdin.read()
+        sys.exit(3)
+    if mode == "later0":  # as a worker ends: at once, without the interpreter's shutdown
+        sys.stdin.read()
+        say_exit(0)
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -51,14 +51,16 @@ MAX_BATCH = 65536
 
 
 def _check_run_options(task: str | None, model: Path | None, batch: str, lease_s: float,
-                       json_path: Path | None, compile_mode: str) -> None:  # fmt: skip
+                       json_path: Path | None, compile_mode: str, keep_warm_s: float = 0.0) -> None:  # fmt: skip
     """Raise :class:`ConfigError` (exit 2) unless exactly one of task/model is given (the model a file),
-    batch is auto or N > 0, the lease a number of seconds (click's range lets NaN through), ``--json``, if
-    given, a file that can be written, and ``--compile`` one the model can take."""
+    batch is auto or N > 0, the lease and ``--keep-warm`` numbers of seconds (click's range lets NaN through),
+    ``--json``, if given, a file that can be written, and ``--compile`` one the model can take."""
     check_json_path(json_path)
     check_compile_option(compile_mode, model)
     if not math.isfinite(lease_s):
         raise ConfigError(f"--lease {lease_s}: expected seconds from 1 to {MAX_LEASE_S:g}")
+    if not math.isfinite(keep_warm_s):
+        raise ConfigError(f"--keep-warm {keep_warm_s}: expected seconds from 0 to {MAX_KEEP_WARM_S:g}")
     if (task is None) == (model is None):
         raise ConfigError("give exactly one of --task NAME or --model PATH")
     if model is not None and not model.is_file():
@@ -282,7 +284,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     from gpuprov.images.worker import WorkerConfig, task_label
 
     started = time.monotonic()
-    _check_run_options(task, model, batch, lease_s, json_path, compile_mode)
+    _check_run_options(task, model, batch, lease_s, json_path, compile_mode, keep_warm_s)
     _make_out(out)
     slots = resolve_slots(gpus, cpu_workers)
     settings = _settings(slots, procs_per_gpu, threads, cpu_workers, batch, compile_mode, jpeg, follow)

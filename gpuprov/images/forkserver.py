@@ -25,13 +25,15 @@ What keeps it to its own user and install:
 A forked worker's parent is the server, so ``PR_SET_PDEATHSIG`` cannot tie it to its run: the run passes a pidfd
 of itself, and the worker ends when that pidfd reports the run's exit
 (:func:`gpuprov.images.worker.die_with_supervisor`).
-The server reports each child's exit status on the request's connection (:class:`ForkedWorker` reads it).
+The server reports each child's exit status on the request's connection (:class:`ForkedWorker` reads it); the child
+says its exit code there too before it exits, which is what the run goes by where the server was killed.
 
 Public API::
 
     socket_path(environ) -> Path | None              # where this install's server listens; None: no private folder
     run_socket(keep_warm_s, follow, compiled) -> Path | None   # the socket a run uses; None: no fork server
     spawn(path, env) -> ForkedWorker | None            # a worker forked by the server there; None: none serves
+    say_exit(code) -> None                             # in a forked worker, last: tell the run its exit code
     serving(path) -> bool                              # whether a server listens there
     start_server(path, keep_warm_s) -> None            # leave a server behind (it gives up if one runs there)
 
@@ -45,8 +47,10 @@ import importlib.util
 import json
 import logging
 import os
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -54,8 +58,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
-
-from gpuprov.images.parent_death import process_exists
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +81,13 @@ FDS = 4  # passed with a request: the worker's stdin (read end), stdout and stde
 
 
 def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The user's private folder for the server's socket: ``$XDG_RUNTIME_DIR/gpuprov``, else ``gpuprov-<uid>`` in
-    the temporary folder; created mode 0700. None where it cannot be made or is not private (another owner, or
-    group or other may enter it): no fork server is used then."""
+    """The user's private folder for the server's socket: ``$XDG_RUNTIME_DIR/gpuprov`` where that folder is this
+    user's own with mode 0700 (not where ``su`` or ``sudo`` kept another user's: that user could swap the folder
+    in it), else ``gpuprov-<uid>`` in the temporary folder; created mode 0700. None where it cannot be made or is
+    not private (another owner, or group or other may enter it): no fork server is used then."""
     env = os.environ if environ is None else environ
     base = env.get("XDG_RUNTIME_DIR")
-    private = Path(base) / "gpuprov" if base and Path(base).is_dir() else None
+    private = Path(base) / "gpuprov" if base and _own_private(Path(base)) else None
     folder = private or Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
     try:
         folder.mkdir(mode=0o700, parents=False, exist_ok=True)
@@ -94,6 +97,15 @@ def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     if not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
         return None
     return folder
+
+
+def _own_private(folder: Path) -> bool:
+    """Whether ``folder`` is a folder of this user's that group and other cannot enter or write."""
+    try:
+        info = folder.stat()
+    except OSError:
+        return False
+    return folder.is_dir() and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def server_key(environ: Mapping[str, str] | None = None) -> str:
@@ -156,14 +168,20 @@ class ForkedWorker:
     """A worker the server forked, with the parts of :class:`subprocess.Popen` the supervisor uses: ``pid``,
     ``stdin`` (text, to write the configuration), ``stdout`` (text, its events), ``returncode``, :meth:`poll`,
     :meth:`wait` and :meth:`send_signal`. The exit status comes over the request's connection; where the server
-    is gone before it tells, a worker no longer running has the return code -1."""
+    is gone before it tells, a worker that has exited has the code it said it was exiting with (the child sends
+    ``{"exiting": code}`` on the same connection before it exits), or -1 (killed by a signal). Whether it has
+    exited is read from ``pidfd``, a pidfd of the worker (None where it could not be opened: then from its pid): the
+    server's orphans go to a subreaper that may leave them zombies, to which a signal 0 still gets through."""
 
-    def __init__(self, pid: int, conn: socket.socket, stdin: IO[str], stdout: IO[str]) -> None:
+    def __init__(self, pid: int, conn: socket.socket, stdin: IO[str], stdout: IO[str],
+                 pidfd: int | None = None) -> None:  # fmt: skip
         self.pid = pid
         self.stdin: IO[str] | None = stdin
         self.stdout: IO[str] | None = stdout
         self.returncode: int | None = None
         self._conn = conn
+        self._pidfd = pidfd
+        self._exiting: int | None = None  # the code the worker said it exits with
         self._buffer = b""
 
     def poll(self) -> int | None:
@@ -186,7 +204,10 @@ class ForkedWorker:
         """Send ``sig`` to the worker unless it has exited."""
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, sig)  # not another process that took its pid
+                else:
+                    os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -195,6 +216,8 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
     def _read(self, timeout: float) -> None:
+        if self._take_lines():  # read with the server's answer (spawn)
+            return
         self._conn.settimeout(timeout)
         try:
             chunk = self._conn.recv(4096)
@@ -204,32 +227,82 @@ class ForkedWorker:
             chunk = b""
         if chunk:
             self._buffer += chunk
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                message = json.loads(line)
-                if "exit" in message:
-                    self._finish(int(message["exit"]))
+            self._take_lines()
             return
         # the server is gone without telling: the worker's state is all there is to go on
-        if not process_exists(self.pid):
-            self._finish(-1)
+        if not self._running():
+            self._finish(-1 if self._exiting is None else self._exiting)
         else:
             time.sleep(timeout)
+
+    def _take_lines(self) -> bool:
+        """Act on the whole lines read so far (``exiting``: the code the child said; ``exit``: the server's word);
+        whether the worker's exit is known now."""
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if "exiting" in message:
+                self._exiting = int(message["exiting"])
+            if "exit" in message:
+                self._finish(int(message["exit"]))
+                return True
+        return False
+
+    def _running(self) -> bool:
+        """Whether the worker has not exited (a zombie has)."""
+        if self._pidfd is not None:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            return not poller.poll(0)  # a pidfd is readable once its process has exited
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def _finish(self, code: int) -> None:
         self.returncode = code
         self._conn.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+_exit_conn: socket.socket | None = None  # in a forked worker: its request's connection (the run reads it)
+
+
+def say_exit(code: int) -> None:
+    """In a forked worker: tell its run the code this process is about to exit with (the run goes by it where the
+    server was killed before telling the exit); nothing in a worker the run started itself. Call it last, before
+    ``os._exit``; errors are ignored (the run is gone)."""
+    global _exit_conn
+    conn, _exit_conn = _exit_conn, None
+    if conn is not None:
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"exiting": code}).encode() + b"\n")
 
 
 def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
     """Ask the server listening at ``path`` for a worker with environment ``env`` (and this process's working
     folder, umask and CPU affinity); the worker's stderr is this process's. None when no server answers there or it
-    refuses (another cgroup): the caller starts the worker itself."""
+    refuses (another cgroup), or where this process's working folder was removed (a child could not enter it): the
+    caller starts the worker itself."""
+    try:
+        cwd = str(Path.cwd())
+    except OSError:
+        return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(REPLY_TIMEOUT_S)
         conn.connect(str(path))
+        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     except OSError:
+        conn.close()
+        return None
+    if uid != os.getuid():  # not this user's server: it would get the worker's configuration (the queue's URL)
+        log.warning("fork server at %s is uid %d's, not this user's: not used", path, uid)
         conn.close()
         return None
     try:
@@ -239,13 +312,16 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
         return None
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
-    request = {"env": dict(env), "cwd": str(Path.cwd()), "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
+    request = {"env": dict(env), "cwd": cwd, "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
                "cgroup": own_cgroup()}  # fmt: skip
     try:
-        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [stdin_r, stdout_w, 2, pidfd])
-        reply = _read_line(conn)
+        payload = json.dumps(request).encode() + b"\n"
+        # a stream socket takes what its buffer holds (some hundred kB): the rest of a large environment follows
+        sent = socket.send_fds(conn, [payload], [stdin_r, stdout_w, 2, pidfd])
+        conn.sendall(payload[sent:])
+        reply, rest = _read_reply(conn)
     except (OSError, ValueError):
-        reply = {}
+        reply, rest = {}, b""
     finally:
         for fd in (stdin_r, stdout_w, pidfd):
             os.close(fd)
@@ -256,18 +332,34 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
         os.close(stdin_w)
         os.close(stdout_r)
         return None
-    return ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"))
+    try:
+        worker_pidfd: int | None = os.pidfd_open(reply["pid"])
+    except OSError:  # it exited and the server reaped it already: the server tells its exit
+        worker_pidfd = None
+    worker = ForkedWorker(reply["pid"], conn, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"), worker_pidfd)
+    worker._buffer = rest
+    return worker
 
 
-def _read_line(conn: socket.socket) -> dict[str, Any]:
-    data = b""
-    while not data.endswith(b"\n"):
+def _read_reply(conn: socket.socket) -> tuple[dict[str, Any], bytes]:
+    """The server's answer to a request (``{"pid": N}`` or ``{"refused": why}``; ``{}`` where the connection ends
+    first) and the lines read with it or before it: a child that exits at once may say so (``{"exiting": code}``)
+    before the server answers, and the server may tell its exit in the same read. Raises :class:`OSError` (a
+    timeout included) and :class:`ValueError` (not JSON)."""
+    data, early = b"", b""
+    while True:
+        while b"\n" in data:
+            line, data = data.split(b"\n", 1)
+            value = json.loads(line)
+            if not isinstance(value, dict):
+                return {}, b""
+            if "pid" in value or "refused" in value:
+                return value, early + data
+            early += line + b"\n"
         chunk = conn.recv(4096)
         if not chunk:
-            break
+            return {}, b""
         data += chunk
-    value = json.loads(data) if data else {}
-    return value if isinstance(value, dict) else {}
 
 
 def _umask() -> int:

@@ -23,15 +23,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuprov.images import forkserver
 from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, own_cgroup, serving
 
 log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 64 << 20
+"""Bytes of one request's JSON line past which the server drops it (an environment is a few hundred kB at most)."""
 
 
 def serve(path: Path, keep_warm_s: float, preload: Callable[[], None], child_main: Callable[[], None]) -> None:
     """Import with ``preload``, listen at ``path`` and fork a worker (``child_main`` in the child) per request until
     ``keep_warm_s`` seconds pass with no worker and no request. Returns at once where another server listens at
-    ``path``."""
+    ``path``, without the imports (two runs ending together each start one), or after them where one started
+    listening meanwhile."""
+    if serving(path):
+        return
     preload()
     with _bound(path) as listener:
         if listener is None:
@@ -98,12 +105,20 @@ class _Server:
         log.info("no worker and no request for %.0f s: ending", self.keep_warm_s)
 
     def _request(self, conn: socket.socket) -> None:
+        """Read one request (a JSON line and :data:`FDS` file descriptors) from ``conn`` and fork its worker, or
+        answer a refusal. The request must arrive whole within :data:`REPLY_TIMEOUT_S` seconds and
+        :data:`MAX_REQUEST_BYTES`; one that does not, or is not JSON, is dropped and the server goes on."""
         self.idle_since = time.monotonic()
+        deadline = self.idle_since + REPLY_TIMEOUT_S
         fds: list[int] = []
         try:
             conn.settimeout(REPLY_TIMEOUT_S)
             data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, FDS)
             while data and not data.endswith(b"\n"):  # the rest of a long environment
+                left = deadline - time.monotonic()
+                if left <= 0 or len(data) > MAX_REQUEST_BYTES:
+                    raise ValueError(f"no whole request within {REPLY_TIMEOUT_S:g} s and {MAX_REQUEST_BYTES} bytes")
+                conn.settimeout(left)
                 chunk = conn.recv(1 << 20)
                 if not chunk:
                     break
@@ -122,7 +137,7 @@ class _Server:
                 self._child(conn, request, fds)  # never returns
             self.children[pid] = conn
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested past Python's limit
             log.warning("a request failed: %s", exc)
             conn.close()
         finally:
@@ -152,7 +167,8 @@ class _Server:
             self.listener.close()
             for other in self.children.values():
                 other.close()
-            conn.close()
+            conn.settimeout(REPLY_TIMEOUT_S)  # kept: the exit code goes there too (the server may be gone by then)
+            forkserver._exit_conn = conn
             os.close(self.wake_r)
             os.close(self.wake_w)
             stdin, stdout, stderr, pidfd = fds
@@ -181,6 +197,7 @@ class _Server:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
+            forkserver.say_exit(code)
             os._exit(code)
 
     def _reap(self) -> None:

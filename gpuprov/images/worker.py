@@ -34,7 +34,7 @@ from typing import Any, TextIO
 from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentMissing, GpuprovError
 from gpuprov.images.compiled import configure_caches, may_compile
 from gpuprov.images.decode import Decoder
-from gpuprov.images.forkserver import PIDFD_ENV
+from gpuprov.images.forkserver import PIDFD_ENV, say_exit
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.lazy_torch import torch_modules
 from gpuprov.images.memory import Backoff, auto_batch
@@ -284,6 +284,7 @@ def child_main() -> None:
     # nothing the job needs (the run waits for it; docs/benchmarks.md has the measurement).
     sys.stdout.flush()
     sys.stderr.flush()
+    say_exit(0)  # a forked worker's run has its code even where the fork server is gone
     os._exit(0)
 
 

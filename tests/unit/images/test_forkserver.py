@@ -4,13 +4,16 @@ of which the second starts its workers from the server the first one left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,6 +106,24 @@ def test_a_forked_childs_exit_code_and_death_by_signal_reach_the_run(
     assert waits.wait(timeout=30) == -signal.SIGKILL
 
 
+def test_a_worker_that_dies_at_once_is_still_a_forked_worker_with_its_exit_code(
+    stub_server: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its exit (said by the child, told by the server) may reach the run with the server's answer, or before it."""
+    path, _ = stub_server
+    recv = socket.socket.recv
+
+    def slow_recv(self: socket.socket, size: int, *args: int) -> bytes:
+        time.sleep(0.3)  # a busy run: the child's and the server's lines are all there when it reads
+        return recv(self, size, *args)
+
+    monkeypatch.setattr(socket.socket, "recv", slow_recv)
+    for _ in range(3):
+        worker = spawn(path, {**os.environ, "STUB_MODE": "now3"})
+        assert worker is not None
+        assert worker.wait(timeout=30) == 3
+
+
 def test_a_forked_worker_ends_when_its_run_is_killed(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
     """Its parent is the server, not the run: the run's pidfd tells it the run is gone (kill -9 included)."""
     path, server = stub_server
@@ -121,12 +142,118 @@ def test_a_forked_worker_ends_when_its_run_is_killed(stub_server: tuple[Path, su
     assert server.poll() is None  # the server goes on
 
 
+def test_a_forked_workers_exit_reaches_the_run_when_the_server_is_gone_and_nobody_reaps_it(runtime: Path) -> None:
+    """Killed, the server cannot tell the exit: the run then looks at the worker itself. Orphaned, the worker is a
+    child of the nearest subreaper (a container's init, a job manager), which may leave it a zombie: a zombie has
+    exited (a signal 0 still reaches it, which made the run wait for it for ever)."""
+    script = (
+        "import ctypes, os, subprocess, sys, time; from pathlib import Path\n"
+        "from gpuprov.images.forkserver import serving, spawn\n"
+        "ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here\n"
+        "path = Path(sys.argv[1])\n"
+        "server = subprocess.Popen([sys.executable, sys.argv[2], str(path), '60'])\n"
+        "while not serving(path): time.sleep(0.05)\n"
+        "w = spawn(path, {**os.environ, 'STUB_MODE': 'wait'}); w.stdin.close(); w.stdout.readline()\n"
+        "server.kill(); server.wait()\n"
+        "os.kill(w.pid, 9)  # now a zombie of this process, which does not reap it\n"
+        "print(w.wait(timeout=10), flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(runtime / "stub.sock"), str(STUB)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "-1"
+
+
+def test_a_forked_workers_exit_code_reaches_the_run_after_the_server_was_killed(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """The child says its code on the request's connection: a worker that ends with 2 or 4 after its server was
+    killed ends the run as it should, and one that ends with 0 is not restarted as a crash (-1)."""
+    path, server = stub_server
+    workers = {code: spawn(path, {**os.environ, "STUB_MODE": f"later{code}"}) for code in (3, 0)}
+    for worker in workers.values():
+        assert worker is not None and worker.stdin is not None and worker.stdout is not None
+        worker.stdin.write("config\n")
+        worker.stdin.flush()
+        worker.stdout.readline()  # it is running
+    server.kill()
+    server.wait()
+    for code, worker in workers.items():
+        assert worker is not None and worker.stdin is not None
+        worker.stdin.close()  # now it exits
+        assert worker.wait(timeout=30) == code
+
+
 def test_the_server_refuses_a_run_of_another_cgroup(
     stub_server: tuple[Path, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Slurm job's or a unit's workers must stay in its cgroup: that run starts its workers itself."""
     path, _ = stub_server
     monkeypatch.setattr(forkserver, "own_cgroup", lambda: "0::/another.slice/job.scope\n")
+    assert spawn(path, dict(os.environ)) is None
+
+
+def test_a_run_with_a_large_environment_gets_a_forked_worker(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """A request larger than the socket's buffer (an environment of megabytes) reaches the server whole."""
+    path, _ = stub_server
+    value = "x" * 3_000_000
+    worker = spawn(path, {**os.environ, "STUB_VALUE": value})
+    assert worker is not None and worker.stdin is not None and worker.stdout is not None
+    worker.stdin.close()
+    assert json.loads(worker.stdout.readline())["value"] == value
+    assert worker.wait(timeout=30) == 0
+
+
+def test_the_server_survives_bad_requests_and_goes_on_serving(
+    stub_server: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """Garbage, JSON nested past Python's recursion limit, a request without its end: each ends only itself."""
+    path, server = stub_server
+    for payload in (b"garbage\n", b"\xff\xfe\n", b"[" * 100_000 + b"\n", b'{"env": 5}\n'):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(str(path))
+            socket.send_fds(conn, [payload], [0, 1, 2])
+            conn.recv(4096)  # a refusal, or closed
+    # a client that sends a byte now and then, never the line's end, holds the server at most its reply time: a run
+    # asking meanwhile gets its worker
+    dripping = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dripping.connect(str(path))
+    dripping.sendall(b'{"env": {')
+    done = threading.Event()
+
+    def drip() -> None:
+        while not done.wait(0.5):
+            with contextlib.suppress(OSError):
+                dripping.sendall(b" ")
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    try:
+        time.sleep(forkserver.REPLY_TIMEOUT_S / 2)
+        worker = spawn(path, {**os.environ, "STUB_VALUE": "after"})
+    finally:
+        done.set()
+        dripper.join()
+        dripping.close()
+    assert server.poll() is None
+    assert worker is not None and worker.stdin is not None and worker.stdout is not None
+    worker.stdin.close()
+    assert json.loads(worker.stdout.readline())["value"] == "after"
+    assert worker.wait(timeout=30) == 0
+
+
+def test_spawn_from_a_removed_working_folder_gives_none(
+    stub_server: tuple[Path, subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child could not enter it: the run starts that worker itself (it raised FileNotFoundError in the run)."""
+    path, _ = stub_server
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
     assert spawn(path, dict(os.environ)) is None
 
 
@@ -148,6 +275,16 @@ def test_the_server_ends_after_its_idle_time_and_a_second_one_gives_way(runtime:
         first.wait()
 
 
+def test_a_second_server_gives_way_before_it_imports(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    """Two runs that end together each start a server: the second must not import torch only to end."""
+    from gpuprov.images.forkserver_serve import serve
+
+    path, server = stub_server
+    imported = []
+    serve(path, 60, lambda: imported.append(True), lambda: None)
+    assert not imported and server.poll() is None and serving(path)
+
+
 def test_the_socket_folder_is_private_or_not_used(runtime: Path) -> None:
     folder = runtime_dir()
     assert folder == runtime / "gpuprov" and folder.stat().st_mode & 0o777 == 0o700
@@ -157,6 +294,39 @@ def test_the_socket_folder_is_private_or_not_used(runtime: Path) -> None:
     if os.getuid() == 0:  # another owner
         os.chown(folder, 1, 1)
         assert runtime_dir() is None
+
+
+def test_another_users_runtime_folder_is_not_used(runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``su``/``sudo`` may keep another user's XDG_RUNTIME_DIR: that user could swap the socket's folder in it."""
+    runtime.chmod(0o755)
+    assert runtime_dir() == Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
+    runtime.chmod(0o700)
+    assert runtime_dir() == runtime / "gpuprov"
+    if os.getuid() == 0:
+        os.chown(runtime, 1, 1)
+        assert runtime_dir() == Path(tempfile.gettempdir()) / f"gpuprov-{os.getuid()}"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="listens as another user")
+def test_spawn_does_not_use_another_users_server(runtime: Path) -> None:
+    """The run checks whom it talks to: another user's server would get the worker's pipes and configuration."""
+    theirs = runtime / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 1, 1)
+    runtime.chmod(0o755)
+    path = theirs / "images.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import os, socket, sys, time\nos.setgid(1); os.setuid(1)\n"
+         "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); print('up', flush=True)\n"
+         "c, _ = s.accept(); c.recv(1 << 20); c.sendall(b'{\"pid\": 1}\\n'); time.sleep(60)", str(path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "up\n"
+        assert spawn(path, dict(os.environ)) is None
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_the_server_key_follows_load_time_variables_not_per_worker_ones() -> None:
@@ -169,7 +339,7 @@ def test_the_server_key_follows_load_time_variables_not_per_worker_ones() -> Non
 
 def test_no_socket_where_its_path_is_too_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
+    deep.mkdir(parents=True, mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
     assert runtime_dir() == deep / "gpuprov" and socket_path() is None
 
