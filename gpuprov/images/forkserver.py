@@ -49,6 +49,7 @@ import logging
 import os
 import select
 import signal
+import site
 import socket
 import struct
 import subprocess
@@ -385,13 +386,20 @@ def serving(path: Path) -> bool:
 
 def start_server(path: Path, keep_warm_s: float) -> None:
     """Start a server for ``path`` in the background, in a session of its own, its output in ``path`` with
-    ``.log`` appended; it imports, then listens, or ends at once where one already listens there."""
+    ``.log`` appended; it imports, then listens, or ends at once where one already listens there. It runs in ``/``,
+    not in this run's folder, which it would keep busy for as long as it lives; where gpuprov is not imported from
+    an installed package's folder (a source checkout), that folder goes first on its ``PYTHONPATH``."""
     log_path = path.with_suffix(".log")
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds the gpuprov package
+    if root not in {*site.getsitepackages(), site.getusersitepackages()}:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     try:
         with log_path.open("ab") as out:
             subprocess.Popen(
                 [sys.executable, "-m", "gpuprov.images.forkserver_serve", str(path), str(keep_warm_s)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+                cwd="/", env=env,
             )  # fmt: skip
     except OSError as exc:
         log.warning("cannot start the image workers' fork server: %s", exc)

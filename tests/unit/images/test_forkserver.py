@@ -383,6 +383,8 @@ def test_a_second_run_starts_its_workers_from_the_server_the_first_left(
                 path = socket_path()
                 assert path is not None and _wait_for(lambda p=path: serving(p), 120), "no server after the first run"
         first, second = reports
+        server = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True, check=False).stdout.split()
+        assert len(server) == 1 and Path(f"/proc/{server[0]}/cwd").resolve() == Path("/")  # keeps no run's folder busy
         assert [w["forked"] for w in first["workers"]] == [False, False]
         assert [w["forked"] for w in second["workers"]] == [True, True]
         assert second["rows"] == first["rows"] == 12 and second["failed"] == 0
