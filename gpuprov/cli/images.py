@@ -275,7 +275,8 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             size: int | None, lease_s: float, threads: int | None, procs_per_gpu: int | None, compile_mode: str,
             mps_mode: str, jpeg: str, metrics_port: int | None, max_pixels: int, quiet: bool,
             json_path: Path | None, follow: bool, keep_warm_s: float) -> None:  # fmt: skip
-    """Run one worker per GPU until the queue is drained (--follow: until stopped); write OUT/manifest.jsonl."""
+    """Run the workers (--procs-per-gpu on each GPU, or --cpu-workers) until the queue is drained (--follow: until
+    stopped); write OUT/manifest.jsonl."""
     from gpuprov.images.manifest import write_manifest
     from gpuprov.images.metrics import Metrics
     from gpuprov.images.slots import resolve_slots

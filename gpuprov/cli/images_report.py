@@ -27,9 +27,10 @@ def progress_log(quiet: bool) -> Callable[[str], None]:
 
 
 def worker_ready_line(state: WorkerState, event: dict[str, Any]) -> str:
-    """The progress line of a worker's ``start`` event: slot, device, batch, whether its model runs compiled, and
-    its start-up seconds per phase, e.g. ``gpu0.1: worker on cuda GPU-... batch 1024, compile default; ready in
-    9.8 s (process 0.4, imports 2.1, ...)`` (``compile off (a CPU run)``; nothing for a built-in task)."""
+    """The progress line of a worker's ``start`` event: slot, device, batch, whether its model runs compiled,
+    whether the fork server started it, and its start-up seconds per phase, e.g. ``gpu0.1: worker on cuda GPU-...
+    batch 1024, compile default, forked; ready in 0.9 s (process 0.0, imports 0.0, ...)`` (``compile off (a CPU
+    run)``; no compile part for a built-in task, no ``forked`` for a worker started as a new interpreter)."""
     seconds = worker_phases(state)
     where = f"{event.get('device')} {event.get('uuid') or ''}".rstrip()
     choice = event.get("compile")
@@ -37,7 +38,9 @@ def worker_ready_line(state: WorkerState, event: dict[str, Any]) -> str:
     if isinstance(choice, dict):
         mode = choice.get("mode")
         compiled = f", compile {mode}" if mode else f", compile off ({choice.get('reason')})"
-    return f"{state.slot.name}: worker on {where} batch {event.get('batch')}{compiled}; {startup_line(seconds)}"
+    forked = ", forked" if state.forked else ""
+    return (f"{state.slot.name}: worker on {where} batch {event.get('batch')}{compiled}{forked}; "
+            f"{startup_line(seconds)}")  # fmt: skip
 
 
 def check_json_path(path: Path | None) -> None:

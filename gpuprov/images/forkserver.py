@@ -85,7 +85,8 @@ def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     """The user's private folder for the server's socket: ``$XDG_RUNTIME_DIR/gpuprov`` where that folder is this
     user's own with mode 0700 (not where ``su`` or ``sudo`` kept another user's: that user could swap the folder
     in it), else ``gpuprov-<uid>`` in the temporary folder; created mode 0700. None where it cannot be made or is
-    not private (another owner, or group or other may enter it): no fork server is used then."""
+    not private (another owner, or group or other may enter it; one warning says which): no fork server is used
+    then."""
     env = os.environ if environ is None else environ
     base = env.get("XDG_RUNTIME_DIR")
     private = Path(base) / "gpuprov" if base and _own_private(Path(base)) else None
@@ -96,6 +97,8 @@ def runtime_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     except OSError:
         return None
     if not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        log.warning("no fork server: %s is not a private folder of this user's (owner uid %d, mode %o); make it "
+                    "one (chmod 700) or remove it", folder, info.st_uid, info.st_mode & 0o7777)  # fmt: skip
         return None
     return folder
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -285,11 +286,13 @@ def test_a_second_server_gives_way_before_it_imports(stub_server: tuple[Path, su
     assert not imported and server.poll() is None and serving(path)
 
 
-def test_the_socket_folder_is_private_or_not_used(runtime: Path) -> None:
+def test_the_socket_folder_is_private_or_not_used(runtime: Path, caplog: pytest.LogCaptureFixture) -> None:
     folder = runtime_dir()
     assert folder == runtime / "gpuprov" and folder.stat().st_mode & 0o777 == 0o700
     folder.chmod(0o755)
-    assert runtime_dir() is None and socket_path() is None
+    with caplog.at_level(logging.WARNING, logger="gpuprov.images.forkserver"):
+        assert runtime_dir() is None and socket_path() is None
+    assert f"no fork server: {folder} is not a private folder" in caplog.text and "mode 755" in caplog.text
     folder.chmod(0o700)
     if os.getuid() == 0:  # another owner
         os.chown(folder, 1, 1)
@@ -378,6 +381,7 @@ def test_a_second_run_starts_its_workers_from_the_server_the_first_left(
                                  capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
             assert run.returncode == 0, run.stderr
             reports.append(json.loads((tmp_path / f"r{n}.json").read_text()))
+            assert (", forked; ready in" in run.stderr) == (n == 2), run.stderr  # each worker's ready line says
             if n == 1:
                 assert "left a fork server" in run.stderr, run.stderr
                 path = socket_path()
