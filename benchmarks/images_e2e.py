@@ -107,11 +107,7 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
     phases counted from ``launched`` (``time.monotonic()`` just before the launch)."""
     cli = run["monotonic_start"] - launched
     workers = [w for w in run["workers"] if w["ready_s"] is not None]
-    phases = {
-        phase: {"median": round(statistics.median(vals), 3), "max": round(max(vals), 3)}
-        for phase in run["phases"]
-        if (vals := [w["startup_s"][phase] for w in workers if phase in w["startup_s"]])
-    }
+    phases = _spread(workers, "startup_s", run["phases"])
     ready = [cli + w["spawned_s"] + w["ready_s"] for w in workers]
 
     def after_launch(key: str) -> float | None:
@@ -126,9 +122,21 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
         "first_ready_s": round(min(ready), 3) if ready else None,
         "last_ready_s": round(max(ready), 3) if ready else None,
         "first_result_s": after_launch("first_result_s"),
+        "first_batch_s": _spread(run["workers"], "first_batch_s"),
         "last_result_s": last,
         "tail_s": None if last is None else round(wall - last, 3),
         "ending_s": ending,
+    }
+
+
+def _spread(workers: list[dict[str, Any]], key: str, order: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Median and max over ``workers`` of each entry of their ``key`` dicts (phase or stage -> seconds), in
+    ``order`` (default: the first worker's); an entry no worker has is left out."""
+    names = order if order is not None else list(next((w.get(key) for w in workers if w.get(key)), {}))
+    return {
+        name: {"median": round(statistics.median(vals), 3), "max": round(max(vals), 3)}
+        for name in names
+        if (vals := [w[key][name] for w in workers if name in w.get(key, {})])
     }
 
 
@@ -152,6 +160,9 @@ def print_breakdown(s: dict[str, Any], workers: int) -> None:
         print(f"  worker {phase:<8} median {v['median']:7.2f}  max {v['max']:7.2f}")
     print(f"  first worker ready {s['first_ready_s']}, last ready {s['last_ready_s']}")
     print(f"  first result {s['first_result_s']}, last result {s['last_result_s']}, tail to exit {s['tail_s']}")
+    if s.get("first_batch_s"):
+        print("  first batch, seconds per stage (median / max; the stages overlap): " + ", ".join(
+            f"{stage.removesuffix('_s')} {v['median']:.2f}/{v['max']:.2f}" for stage, v in s["first_batch_s"].items()))
     if s["ending_s"]:
         print("  then " + ", ".join(f"{step.replace('_', ' ')} {at}" for step, at in s["ending_s"].items()))
 

@@ -35,6 +35,8 @@ from gpuprov.images.queue import Queue, QueueLost, Task, UnknownTask
 from gpuprov.images.tasks import Item
 
 T = TypeVar("T")
+STAGE_KEYS = ("claim_s", "read_s", "decode_s", "task_s", "commit_s", "wait_s")
+"""The keys of a worker's ``timing`` dict (see the module docstring), in the order of a batch's way through it."""
 DRAIN_POLL_S = 0.1
 """Seconds between looks at the queue while it has nothing to claim but leased tasks (the run's last batches)."""
 

@@ -84,6 +84,7 @@ class WorkerState(Protocol):
     compile: dict[str, Any] | None  # its compile choice: mode (None: eager), requested, reason
     first_result: float | None  # the slot's first result event
     first_done: int  # images it had done then
+    first_batch: dict[str, float]  # the stage seconds of its first result event (gpuprov.images.stages.STAGE_KEYS)
     last_result: float | None  # its latest result event
 
     @property
@@ -100,8 +101,10 @@ def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
     """A worker's entry of the run's JSON report: its slot, device, batch, compile choice (``mode``: None when the
     model runs uncompiled; ``requested``, ``reason``; None for a built-in task), counts, restarts, whether the fork
     server started it (``forked``), start-up seconds
-    per phase (:func:`phase_seconds`) and, relative to ``started`` (the run's start), when it was spawned and
-    when its first result came in."""
+    per phase (:func:`phase_seconds`), relative to ``started`` (the run's start) when it was spawned and when its
+    first result came in, and ``first_batch_s``: the seconds each stage had spent by then (claim, read, decode,
+    task, commit, and the main thread's wait for a decoded batch; the stages run in threads of their own, so the
+    figures overlap rather than add up)."""
     seconds = worker_phases(state)
     return {
         "slot": state.slot.name,
@@ -117,6 +120,7 @@ def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
         "startup_s": seconds,
         "ready_s": round(sum(seconds.values()), 3) if PHASES[-1] in seconds else None,
         "first_result_s": _since(state.first_result, started),
+        "first_batch_s": {k: round(v, 3) for k, v in state.first_batch.items()},
     }
 
 

@@ -35,6 +35,7 @@ from gpuprov.exceptions import EXIT_ENVIRONMENT, EXIT_USAGE, ConfigError, Enviro
 from gpuprov.images.forkserver import ForkedWorker, spawn
 from gpuprov.images.queue import QueueUnavailable
 from gpuprov.images.slots import Slot, replicate
+from gpuprov.images.stages import STAGE_KEYS
 from gpuprov.images.tasks import sweep_temp_files
 from gpuprov.images.worker import EXIT_QUEUE_DOWN, SUPERVISOR_ENV, WorkerConfig
 
@@ -75,7 +76,28 @@ class SlotState:
     compile: dict[str, Any] | None = None  # its "start" event's compile choice (gpuprov.images.worker.compile_report)
     first_result: float | None = None  # monotonic time of the slot's first "progress" event (results committed)
     first_done: int = 0  # images the slot had done then
+    first_batch: dict[str, float] = field(default_factory=dict)  # its first "progress" event's stage seconds
     last_result: float | None = None  # monotonic time of its latest "progress" event
+
+    def note(self, event: dict[str, Any]) -> None:
+        """Take in one of the worker's events (``start``, ``progress``, ``error``, ``exit``; see
+        :mod:`gpuprov.images.worker`)."""
+        kind = event.get("event")
+        if kind == "error":
+            self.error = str(event.get("error"))
+        elif kind in ("start", "progress"):
+            self.queue_down_since, self.queue_backoff_s = None, 0.0  # it reached the queue
+        if kind == "start":
+            self.device, self.startup = event.get("device"), dict(event.get("startup") or {})
+            self.compile = event.get("compile")
+        self.done = event.get("done", self.done)
+        if kind == "progress":
+            self.last_result = time.monotonic()
+            if self.first_result is None:
+                self.first_result, self.first_done = self.last_result, self.total_done
+                self.first_batch = {k: v for k, v in event.items() if k in STAGE_KEYS}
+        self.failed = max(self.failed, event.get("failed", 0))
+        self.batch = event.get("batch", self.batch)
 
     def last_error(self, default: str) -> str:
         """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
@@ -156,21 +178,7 @@ def supervise(
             except ValueError:
                 continue
             with lock:
-                kind = event.get("event")
-                if kind == "error":
-                    st.error = str(event.get("error"))
-                elif kind in ("start", "progress"):
-                    st.queue_down_since, st.queue_backoff_s = None, 0.0  # it reached the queue
-                if kind == "start":
-                    st.device, st.startup = event.get("device"), dict(event.get("startup") or {})
-                    st.compile = event.get("compile")
-                st.done = event.get("done", st.done)
-                if kind == "progress":
-                    st.last_result = time.monotonic()
-                    if st.first_result is None:
-                        st.first_result, st.first_done = st.last_result, st.total_done
-                st.failed = max(st.failed, event.get("failed", 0))
-                st.batch = event.get("batch", st.batch)
+                st.note(event)
                 on_event(st, event)
 
     try:

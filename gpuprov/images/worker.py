@@ -41,7 +41,7 @@ from gpuprov.images.memory import Backoff, auto_batch
 from gpuprov.images.parent_death import sigterm_on_parent_death
 from gpuprov.images.queue import QueueLost, QueueMissing, QueueUnavailable, open_queue
 from gpuprov.images.slots import Slot, self_check
-from gpuprov.images.stages import Committer, LeaseKeeper, claims, decode_ahead, prefetch, process_batch
+from gpuprov.images.stages import STAGE_KEYS, Committer, LeaseKeeper, claims, decode_ahead, prefetch, process_batch
 from gpuprov.images.startup import Startup
 from gpuprov.images.tasks import ImageTask, cudnn_autotune, make_task, synthetic_items
 
@@ -149,7 +149,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], start
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
     decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg, max_pixels=cfg.max_pixels)
-    timing = {"wait_s": 0.0, "decode_s": 0.0, "task_s": 0.0, "claim_s": 0.0, "read_s": 0.0, "commit_s": 0.0}
+    timing = dict.fromkeys(STAGE_KEYS, 0.0)
     committer = Committer(queue, name, keeper, emit, timing)
     committer.start()
     startup.mark("queue")

@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 from PIL import Image
 
+from gpuprov.images.stages import STAGE_KEYS
 from gpuprov.images.startup import PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +83,7 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     assert res["startup"]["forked"] == 0 and "0 forked by the fork server" in proc.stdout  # the tests keep none warm
     assert list(res["startup"]["ending_s"]) == ["workers_exited", "mps_stopped", "manifest_written"]
     assert "then workers exited " in proc.stdout
+    assert list(res["startup"]["first_batch_s"]) == list(STAGE_KEYS) and "first batch, seconds per stage" in proc.stdout
     assert not any(key.startswith(("sm", "jpg")) for key in res["util"]), "no GPU: nothing sampled from NVML"
     assert set(res["baselines"]) == {"naive", "dataloader"} and all(v > 0 for v in res["baselines"].values())
     assert {"end_to_end/naive", "end_to_end/dataloader"} <= set(res["ratios"])

@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 from PIL import Image
 
 from gpuprov.cli.__main__ import main
+from gpuprov.images.stages import STAGE_KEYS
 from gpuprov.images.startup import PHASES
 
 
@@ -57,6 +58,9 @@ def test_run_prints_each_workers_start_up_and_writes_the_report(
     assert worker["spawned_s"] >= 0
     assert worker["spawned_s"] + worker["ready_s"] <= worker["first_result_s"] + 0.002  # rounded to 1 ms each
     assert report["first_result_s"] == worker["first_result_s"] <= report["last_result_s"] <= report["wall_s"]
+    # the first batch's way through the stages: every stage timed, the decode and the task took time
+    assert list(worker["first_batch_s"]) == list(STAGE_KEYS), worker["first_batch_s"]
+    assert worker["first_batch_s"]["decode_s"] > 0 and worker["first_batch_s"]["task_s"] > 0
     # the end, in order: the workers exited (after the last result), the MPS daemon (none here) was stopped, the
     # manifest written, all before the report
     ending = report["ending_s"]

@@ -14,7 +14,7 @@ from gpuprov.images.startup import PHASES, Startup, phase_seconds, run_report, s
 def _state(name: str, **kw: Any) -> Any:
     fields = {"slot": Slot(name), "device": "cpu", "batch": 32, "failed": 0, "restarts": 0, "forked": False,
               "spawned": None, "startup": {}, "compile": None, "first_result": None, "first_done": 0,
-              "last_result": None, "total_done": 0}  # fmt: skip
+              "first_batch": {}, "last_result": None, "total_done": 0}  # fmt: skip
     return SimpleNamespace(**{**fields, **kw})
 
 
@@ -54,8 +54,9 @@ def test_steady_rate_counts_the_images_after_the_first_result_to_the_last() -> N
 def test_run_report_puts_each_workers_phases_and_the_results_after_the_run_start() -> None:
     marks = {phase: 50.0 + i for i, phase in enumerate(PHASES, start=1)}
     choice = {"mode": "default", "requested": "auto", "reason": "auto on a GPU"}
+    first_batch = {"claim_s": 0.0104, "read_s": 0.02, "decode_s": 0.5, "task_s": 0.25, "commit_s": 0.01, "wait_s": 1.5}
     ready = _state("cpu0", spawned=50.0, startup=marks, first_result=60.0, first_done=32, last_result=62.0,
-                   total_done=64, compile=choice)  # fmt: skip
+                   total_done=64, compile=choice, first_batch=first_batch)  # fmt: skip
     never_ready = _state("cpu1", spawned=51.0)
     report = run_report([ready, never_ready], 49.0, {"rows": 64, "failed": 0, "dead": 0},
                         {"workers_exited": 62.5, "manifest_written": 63.25})  # fmt: skip
@@ -67,4 +68,5 @@ def test_run_report_puts_each_workers_phases_and_the_results_after_the_run_start
     assert (first["spawned_s"], first["first_result_s"], first["done"]) == (1.0, 11.0, 64)
     assert (first["compile"], second["compile"]) == (choice, None)
     assert (second["startup_s"], second["ready_s"], second["first_result_s"]) == ({}, None, None)
+    assert first["first_batch_s"] == {**first_batch, "claim_s": 0.01} and second["first_batch_s"] == {}
     assert report["phases"] == list(PHASES)
