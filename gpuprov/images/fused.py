@@ -65,6 +65,21 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
+def hash_compiler() -> None:
+    """Compute what Triton keys its kernel cache with on a first launch that needs no GPU: a SHA-256 of its own
+    compiler, whose shared library (``libtriton.so``) is about 500 MB (0.4 s on one CI core), then kept for the
+    process. Done early, the kernel's first launch (:meth:`~gpuprov.images.tasks.ModelTask.build_kernel`) only
+    looks its cache up: the fork server does it once for all the workers it forks
+    (:func:`gpuprov.images.worker.preload`), a worker started on its own in a thread beside loading its model
+    (``hashlib`` lets other threads run while it hashes). Does nothing where Triton, or this part of it
+    (``triton.runtime.cache.triton_key``, Triton 3), is missing."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        return
+    triton_key()
+
+
 def available(device: Any) -> bool:
     """Whether :func:`crop_resize_normalise` can run for tensors on ``device``: Triton importable and
     the device a CUDA device (or any device under Triton's interpreter)."""

@@ -17,7 +17,6 @@ manifest (:mod:`gpuprov.images.manifest`).
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import logging
 import os
@@ -36,6 +35,7 @@ from gpuprov.images.compiled import configure_caches, may_compile
 from gpuprov.images.decode import Decoder
 from gpuprov.images.forkserver import PIDFD_ENV, say_exit
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
+from gpuprov.images.fused import hash_compiler
 from gpuprov.images.lazy_torch import torch_modules
 from gpuprov.images.memory import Backoff, auto_batch
 from gpuprov.images.parent_death import sigterm_on_parent_death
@@ -94,11 +94,18 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
         configure_caches()  # before torch is imported: Inductor reads its cache flags then
     torch_modules()
     startup.mark("imports")
+    # the fused kernel's first launch (GPU model tasks) hashes Triton's compiler first: done beside the device's
+    # and the model's set-up, not after them (nothing left to do in a worker the fork server forked)
+    hashing = threading.Thread(target=hash_compiler, name="hash-compiler", daemon=True)
+    if cfg.slot.uuid and cfg.model:
+        hashing.start()
     device = self_check(cfg.slot)
     startup.mark("device")
     task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size,
                      compile=cfg.compile, autotune=cudnn_autotune(cfg.follow))  # fmt: skip
     startup.mark("model")
+    if hashing.ident is not None:
+        hashing.join()
     build_kernel = getattr(task, "build_kernel", None)
     if build_kernel is not None:
         build_kernel()
@@ -188,10 +195,11 @@ PROFILE_ENV = "GPUPROV_IMAGES_PROFILE"
 
 def preload() -> None:
     """Import what a worker imports before it opens its device: torch and torchvision (:func:`torch_modules`) and
-    the fused kernel's module (Triton). The fork server calls it (:mod:`gpuprov.images.forkserver`). Raises
+    the fused kernel's module (Triton), and hash Triton's compiler (:func:`~gpuprov.images.fused.hash_compiler`).
+    The fork server calls it (:mod:`gpuprov.images.forkserver`). Raises
     :class:`EnvironmentMissing` where that initialised CUDA, which a forked child could not use."""
     torch, _ = torch_modules()
-    importlib.import_module("gpuprov.images.fused")
+    hash_compiler()
     if torch.cuda.is_initialized():
         raise EnvironmentMissing("CUDA was initialised while importing what a worker needs; a fork server's children "
                                  "could not use it")  # fmt: skip
