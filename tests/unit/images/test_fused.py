@@ -202,9 +202,15 @@ def test_what_the_kernel_cannot_take_goes_to_the_reference_without_disabling_it(
 def test_hash_compiler_leaves_tritons_cache_key_computed_for_the_first_launch() -> None:
     """What a kernel's first launch would hash (Triton's compiler, ~500 MB) is kept in the process afterwards, so the
     fork server's children and a worker's kernel phase find it done; a child Python, so the key is not yet there."""
-    code = ("from triton.runtime.cache import triton_key\nfrom gpuprov.images import fused\n"
-            "assert triton_key.cache_info().currsize == 0\nfused.hash_compiler()\n"
-            "assert triton_key.cache_info().currsize == 1\ntriton_key()\nprint(triton_key.cache_info().hits)")  # fmt: skip
+    code = textwrap.dedent("""
+        from triton.runtime.cache import triton_key
+        from gpuprov.images import fused
+        assert triton_key.cache_info().currsize == 0
+        fused.hash_compiler()
+        assert triton_key.cache_info().currsize == 1
+        triton_key()
+        print(triton_key.cache_info().hits)
+    """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "1"
