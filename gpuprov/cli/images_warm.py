@@ -50,8 +50,7 @@ def warm_cmd(model: Path, gpus: str, batch: str, size: int | None, record: Path 
     startup = Startup()
     startup.mark("process")
     started = startup.marks["process"]
-    device, task, backoff, decoder = prepare(cfg, startup)
-    decoder.close()
+    device, task, backoff = prepare(cfg, startup)
     choice = compile_report(task) or {}
     compiled = choice.get("mode") or f"off ({choice.get('reason')})"
     seconds = phase_seconds(startup.marks, started)
