@@ -72,12 +72,16 @@ def hash_compiler() -> None:
     looks its cache up: the fork server does it once for all the workers it forks
     (:func:`gpuprov.images.worker.preload`), a worker started on its own in a thread beside loading its model
     (``hashlib`` lets other threads run while it hashes). Does nothing where Triton, or this part of it
-    (``triton.runtime.cache.triton_key``, Triton 3), is missing."""
+    (``triton.runtime.cache.triton_key``, Triton 3), is missing; never raises (a failure is logged, and the kernel's
+    first launch meets it again and falls back, see :func:`resize_normalise`)."""
     try:
         from triton.runtime.cache import triton_key
     except ImportError:
         return
-    triton_key()
+    try:
+        triton_key()
+    except Exception as exc:  # an install without its compiler library, say: the first launch says so
+        log.info("Triton's compiler not hashed ahead: %s: %s", type(exc).__name__, exc)
 
 
 def available(device: Any) -> bool:

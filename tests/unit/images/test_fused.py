@@ -214,3 +214,17 @@ def test_hash_compiler_leaves_tritons_cache_key_computed_for_the_first_launch() 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "1"
+
+
+def test_hash_compiler_never_raises(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """It runs in a thread of its own (a traceback there would only be noise in the run's log): a compiler library
+    that cannot be read is logged, and left to the kernel's first launch, which falls back to the reference."""
+    from triton.runtime import cache
+
+    def missing() -> str:
+        raise FileNotFoundError(2, "No such file or directory", "libtriton.so")
+
+    monkeypatch.setattr(cache, "triton_key", missing)
+    with caplog.at_level(logging.INFO, logger="gpuprov.images.fused"):
+        fused.hash_compiler()
+    assert "Triton's compiler not hashed ahead: FileNotFoundError" in caplog.text
