@@ -96,15 +96,16 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
     startup.mark("imports")
     # the fused kernel's first launch (GPU model tasks) hashes Triton's compiler first: done beside the device's
     # and the model's set-up, not after them (nothing left to do in a worker the fork server forked)
-    hashing = threading.Thread(target=hash_compiler, name="hash-compiler", daemon=True)
+    hashing = None
     if cfg.slot.uuid and cfg.model:
+        hashing = threading.Thread(target=hash_compiler, name="hash-compiler", daemon=True)
         hashing.start()
     device = self_check(cfg.slot)
     startup.mark("device")
     task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size,
                      compile=cfg.compile, autotune=cudnn_autotune(cfg.follow))  # fmt: skip
     startup.mark("model")
-    if hashing.ident is not None:
+    if hashing is not None:
         hashing.join()
     build_kernel = getattr(task, "build_kernel", None)
     if build_kernel is not None:
