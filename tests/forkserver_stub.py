@@ -15,6 +15,7 @@ then exits 0 as a worker does (:func:`gpuprov.images.forkserver.say_exit`, ``os.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -55,4 +56,5 @@ def report() -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="forkserver: %(message)s")  # as the real server logs, to stderr
     serve(Path(sys.argv[1]), float(sys.argv[2]), lambda: None, report)

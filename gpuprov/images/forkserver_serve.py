@@ -87,6 +87,7 @@ class _Server:
 
     def loop(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, _end_on_signal)  # `kill PID`: one log line, and the socket removed
         signal.set_wakeup_fd(self.wake_w)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
@@ -215,6 +216,13 @@ class _Server:
                 conn.close()
             if not self.children:
                 self.idle_since = time.monotonic()
+
+
+def _end_on_signal(signum: int, frame: Any) -> None:
+    """End the server on ``signum`` (SIGTERM) as on its idle time: say so in its log, then leave through
+    :func:`_bound`'s clean-up, which removes the socket (exit status 128 + the signal's number)."""
+    log.info("%s: ending", signal.Signals(signum).name)
+    sys.exit(128 + signum)
 
 
 def _main(argv: list[str]) -> None:

@@ -276,6 +276,21 @@ def test_the_server_ends_after_its_idle_time_and_a_second_one_gives_way(runtime:
         first.wait()
 
 
+def test_a_server_ended_with_sigterm_says_so_and_removes_its_socket(runtime: Path) -> None:
+    path = runtime / "stub.sock"
+    server = subprocess.Popen([sys.executable, str(STUB), str(path), "60"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: serving(path), 30)
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    finally:
+        server.kill()
+        server.wait()
+    assert server.returncode == 128 + signal.SIGTERM
+    assert "forkserver: SIGTERM: ending" in err and "Traceback" not in err
+    assert not path.exists()
+
+
 def test_a_second_server_gives_way_before_it_imports(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
     """Two runs that end together each start a server: the second must not import torch only to end."""
     from gpuprov.images.forkserver_serve import serve
