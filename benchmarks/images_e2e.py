@@ -40,9 +40,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import images_bench
-import torch
-import torchvision
+LAUNCH_ENV = dict(os.environ)
+"""The environment the ``gpuprov`` commands are launched with: this process's before torch and torchvision are
+imported (importing torchvision sets ``TORCHINDUCTOR_CACHE_DIR``, which would give the run another fork server and
+another compile cache than a user's shell gives it)."""
+
+import images_bench  # noqa: E402
+import torch  # noqa: E402
+import torchvision  # noqa: E402
 
 JPEG_SOI = b"\xff\xd8"
 JPEG_COM = b"\xff\xfe"
@@ -284,14 +289,15 @@ def main(argv: list[str] | None = None) -> int:
         res["model_format"] = "export" if model.suffix == ".pt2" else "torchscript"
         url = f"sqlite:///{work / 'q.db'}"
         t0 = time.perf_counter()
-        subprocess.run([*gpuprov_command(), "images", "submit", str(work / "images"), "--queue", url], check=True)
+        subprocess.run([*gpuprov_command(), "images", "submit", str(work / "images"), "--queue", url], check=True,
+                       env=LAUNCH_ENV)
         res["submit_s"] = round(time.perf_counter() - t0, 2)
         report = work / "run.json"
         argv = run_args(args, url, work / "out", model, report)
         print("$", " ".join(argv), flush=True)
         with images_bench.Sampler() as sampler:
             launched = time.monotonic()
-            proc = subprocess.run(argv, check=False)
+            proc = subprocess.run(argv, check=False, env=LAUNCH_ENV)
             wall = time.monotonic() - launched
         if proc.returncode != 0:
             print(f"gpuprov images run exited with {proc.returncode}", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,17 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     assert {"end_to_end/naive", "end_to_end/dataloader"} <= set(res["ratios"])
     assert "GPU utilisation: not sampled" in proc.stdout and "end to end" in proc.stdout
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["data"], "the work folder was removed"
+
+
+def test_the_gpuprov_commands_get_the_environment_from_before_torch_was_imported(tmp_path: Path) -> None:
+    """Importing torchvision sets TORCHINDUCTOR_CACHE_DIR; a run launched with it would key another fork server and
+    compile cache than a user's shell does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR")}
+    code = "import json, images_e2e; print(json.dumps(images_e2e.LAUNCH_ENV))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=BENCH.parent, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == env
 
 
 @pytest.mark.parametrize("bad", [["--workers", "-1"], ["--baselines", "bogus"], ["--baselines", ""],
