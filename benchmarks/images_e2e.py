@@ -136,12 +136,14 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
 
 def _spread(workers: list[dict[str, Any]], key: str, order: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Median and max over ``workers`` of each entry of their ``key`` dicts (phase or stage -> seconds), in
-    ``order`` (default: the first worker's); an entry no worker has is left out."""
-    names = order if order is not None else list(next((w.get(key) for w in workers if w.get(key)), {}))
+    ``order`` (default: as the workers name them, first seen first); an entry no worker has is left out, as is a
+    worker without the dict (an older report)."""
+    dicts = [d for w in workers if isinstance(d := w.get(key), dict)]
+    names = order if order is not None else list(dict.fromkeys(name for d in dicts for name in d))
     return {
         name: {"median": round(statistics.median(vals), 3), "max": round(max(vals), 3)}
         for name in names
-        if (vals := [w[key][name] for w in workers if name in w.get(key, {})])
+        if (vals := [d[name] for d in dicts if name in d])
     }
 
 

@@ -76,11 +76,11 @@ def hash_compiler() -> None:
     first launch meets it again and falls back, see :func:`resize_normalise`)."""
     try:
         from triton.runtime.cache import triton_key
+
+        triton_key()
     except ImportError:
         return
-    try:
-        triton_key()
-    except Exception as exc:  # an install without its compiler library, say: the first launch says so
+    except Exception as exc:  # a damaged install, one without its compiler library: the first launch says so
         log.info("Triton's compiler not hashed ahead: %s: %s", type(exc).__name__, exc)
 
 

@@ -81,7 +81,8 @@ class SlotState:
 
     def note(self, event: dict[str, Any]) -> None:
         """Take in one of the worker's events (``start``, ``progress``, ``error``, ``exit``; see
-        :mod:`gpuprov.images.worker`)."""
+        :mod:`gpuprov.images.worker`). A count or time that is not a number (a line that only looks like an event)
+        is left out."""
         kind = event.get("event")
         if kind == "error":
             self.error = str(event.get("error"))
@@ -90,14 +91,14 @@ class SlotState:
         if kind == "start":
             self.device, self.startup = event.get("device"), dict(event.get("startup") or {})
             self.compile = event.get("compile")
-        self.done = event.get("done", self.done)
+        self.done = _count(event.get("done"), self.done)
         if kind == "progress":
             self.last_result = time.monotonic()
             if self.first_result is None:
                 self.first_result, self.first_done = self.last_result, self.total_done
-                self.first_batch = {k: v for k, v in event.items() if k in STAGE_KEYS}
-        self.failed = max(self.failed, event.get("failed", 0))
-        self.batch = event.get("batch", self.batch)
+                self.first_batch = {k: float(v) for k, v in event.items() if k in STAGE_KEYS and _seconds(v)}
+        self.failed = max(self.failed, _count(event.get("failed"), 0))
+        self.batch = _count(event.get("batch"), self.batch)
 
     def last_error(self, default: str) -> str:
         """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
@@ -108,6 +109,16 @@ class SlotState:
     @property
     def total_done(self) -> int:
         return self.done_before + self.done
+
+
+def _count(value: Any, default: int) -> int:
+    """``value`` where it is a count (an int, not a bool), else ``default``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+def _seconds(value: Any) -> bool:
+    """Whether ``value`` is a number of seconds (finite, not negative, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
 
 
 def worker_env(slot: Slot, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -176,6 +187,8 @@ def supervise(
             try:
                 event = json.loads(line)
             except ValueError:
+                continue
+            if not isinstance(event, dict):  # a line a model printed (TorchScript's print goes to stdout): `42`
                 continue
             with lock:
                 st.note(event)

@@ -92,6 +92,15 @@ def test_a_cpu_run_reports_rates_start_up_and_baselines(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["data"], "the work folder was removed"
 
 
+def test_spread_takes_every_stage_any_worker_names_and_skips_workers_without_them(e2e: Any) -> None:
+    workers = [{"first_batch_s": {"decode_s": 2.0}}, {"first_batch_s": {"claim_s": 0.1, "decode_s": 4.0}},
+               {"first_batch_s": None}, {}]  # fmt: skip  (the last two: reports from before the field)
+    assert e2e._spread(workers, "first_batch_s") == {"decode_s": {"median": 3.0, "max": 4.0},
+                                                     "claim_s": {"median": 0.1, "max": 0.1}}  # fmt: skip
+    assert e2e._spread(workers, "first_batch_s", ["claim_s", "read_s"]) == {"claim_s": {"median": 0.1, "max": 0.1}}
+    assert e2e._spread([], "first_batch_s") == {}
+
+
 def test_the_gpuprov_commands_get_the_environment_from_before_torch_was_imported(tmp_path: Path) -> None:
     """Importing torchvision sets TORCHINDUCTOR_CACHE_DIR; a run launched with it would key another fork server and
     compile cache than a user's shell does."""

@@ -228,3 +228,15 @@ def test_hash_compiler_never_raises(monkeypatch: pytest.MonkeyPatch, caplog: pyt
     with caplog.at_level(logging.INFO, logger="gpuprov.images.fused"):
         fused.hash_compiler()
     assert "Triton's compiler not hashed ahead: FileNotFoundError" in caplog.text
+    # a damaged install whose module fails to import with something other than ImportError
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", None)  # `from ... import` then raises ImportError
+    fused.hash_compiler()
+    def unreadable(name: str) -> object:
+        raise OSError(5, "Input/output error")
+
+    broken = type(sys)("triton.runtime.cache")
+    broken.__getattr__ = unreadable  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", broken)
+    with caplog.at_level(logging.INFO, logger="gpuprov.images.fused"):
+        fused.hash_compiler()
+    assert "Triton's compiler not hashed ahead: OSError" in caplog.text

@@ -113,3 +113,36 @@ def test_a_worker_without_a_readable_config_exits_2_naming_it(given: str) -> Non
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "no worker configuration on stdin" in proc.stdout and "gpuprov images run" in proc.stdout
+
+
+def test_lines_that_only_look_like_events_neither_stop_the_reading_nor_the_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's stdout also carries what its model prints (TorchScript's ``print`` writes there): a number, a list
+    or ``null`` is JSON but no event, and an event whose counts are not numbers is no count. Before, such a line
+    ended the thread reading the worker, so the run counted nothing more and a full pipe stopped the worker."""
+    worker = (
+        "import json, sys\n"
+        "sys.stdin.readline()\n"
+        "for line in ['42', 'null', '[1, 2]', '\"x\"', 'not json',\n"
+        "             json.dumps({'event': 'start', 'done': 'x', 'failed': None, 'batch': True}),\n"
+        "             json.dumps({'event': 'progress', 'done': 8, 'failed': 1, 'batch': 16, 'read_s': 0.25,\n"
+        "                         'decode_s': float('nan'), 'task_s': -1, 'wait_s': True, 'claim_s': 'y'}),\n"
+        "             json.dumps({'event': 'exit', 'done': 8, 'failed': 1})]:\n"
+        "    print(line, flush=True)\n"
+    )
+    real_popen = subprocess.Popen
+
+    def stand_in(argv: list[str], **kwargs: object) -> subprocess.Popen[str]:
+        return real_popen([sys.executable, "-c", worker], **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", stand_in)
+    seen: list[tuple[object, int, int, int]] = []
+
+    def on_event(st: SlotState, event: dict[str, object]) -> None:
+        seen.append((event["event"], st.done, st.failed, st.batch))
+
+    config = WorkerConfig(f"sqlite:///{tmp_path / 'q.db'}", str(tmp_path), task="stats")
+    (state,) = supervisor.supervise(config, [Slot("cpu0")], on_event)
+    assert seen == [("start", 0, 0, 0), ("progress", 8, 1, 16), ("exit", 8, 1, 16)]
+    assert state.first_batch == {"read_s": 0.25}  # NaN, negative, a bool and a string are no seconds
