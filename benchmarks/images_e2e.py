@@ -29,6 +29,7 @@ the ratios.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -69,17 +70,20 @@ def with_comment(data: bytes, text: bytes) -> bytes:
 
 
 def distinct_jpegs(sources: list[Path], n: int, dest: Path) -> list[Path]:
-    """Write ``n`` files under ``dest`` (``dNNN/NNNNNNN.jpg``): copy ``i`` is ``sources[i % len(sources)]``
-    with the comment ``gpuprov-e2e copy i`` (:func:`with_comment`). Returns their paths."""
+    """Write ``n`` files under ``dest`` (``dNNN/NNNNNNN.jpg``, :data:`FILES_PER_FOLDER` to a folder, a thread per
+    folder): copy ``i`` is ``sources[i % len(sources)]`` with the comment ``gpuprov-e2e copy i``
+    (:func:`with_comment`). Returns their paths."""
     blobs = [p.read_bytes() for p in sources]
-    out = []
-    for i in range(n):
-        path = dest / f"d{i // FILES_PER_FOLDER:03d}" / f"{i:07d}.jpg"
-        if i % FILES_PER_FOLDER == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(with_comment(blobs[i % len(blobs)], f"gpuprov-e2e copy {i}".encode()))
-        out.append(path)
-    return out
+    paths = [dest / f"d{i // FILES_PER_FOLDER:03d}" / f"{i:07d}.jpg" for i in range(n)]
+
+    def write_folder(first: int) -> None:
+        paths[first].parent.mkdir(parents=True, exist_ok=True)
+        for i in range(first, min(n, first + FILES_PER_FOLDER)):
+            paths[i].write_bytes(with_comment(blobs[i % len(blobs)], f"gpuprov-e2e copy {i}".encode()))
+
+    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        list(pool.map(write_folder, range(0, n, FILES_PER_FOLDER)))
+    return paths
 
 
 def gpuprov_command() -> list[str]:

@@ -140,17 +140,6 @@ def _supervise(mps: MpsChoice, settings: dict[str, Any], log: Callable[[str], No
     return states
 
 
-def _write_manifest(queue: Any, out: Path, total: int, ending: dict[str, float]) -> dict[str, int]:
-    """Write the drained run's manifest (:func:`~gpuprov.images.manifest.write_manifest`), mark when in ``ending``
-    and return the report's counts: ``rows``, ``failed`` (failed for good, dead ones apart) and ``dead``."""
-    from gpuprov.images.manifest import write_manifest
-
-    rows, fails = write_manifest(queue, out, total)
-    ending["manifest_written"] = time.monotonic()
-    dead = queue.stats().dead
-    return {"rows": rows, "failed": fails - dead, "dead": dead}
-
-
 def _exit_on_sigterm() -> None:
     """SIGTERM (``kill``, ``systemctl stop``) raises SystemExit(143), so ``supervise`` stops the workers on
     its way out instead of leaving them to run on their own."""
@@ -277,7 +266,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             json_path: Path | None, follow: bool, keep_warm_s: float) -> None:  # fmt: skip
     """Run the workers (--procs-per-gpu on each GPU, or --cpu-workers) until the queue is drained (--follow: until
     stopped); write OUT/manifest.jsonl."""
-    from gpuprov.images.manifest import write_manifest
+    from gpuprov.images.manifest import RunManifest
     from gpuprov.images.metrics import Metrics
     from gpuprov.images.slots import resolve_slots
     from gpuprov.images.startup import run_report
@@ -298,18 +287,15 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
     total = queue.stats().total
     log = progress_log(quiet)
     last_poll = [0.0]
-
     done_by_slot: dict[str, int] = {}
-    manifest_done = [-1]
+    ending: dict[str, float] = {}
+    manifest = RunManifest(queue, out, total, ending)
 
     def on_event(st: SlotState, event: dict[str, Any]) -> None:
         done_by_slot[st.slot.name] = st.total_done
-        if follow and event.get("event") == "progress":
-            drained = queue.stats()
-            if drained.open == 0 and drained.done + drained.failed + drained.dead != manifest_done[0]:
-                manifest_done[0] = drained.done + drained.failed + drained.dead
-                rows, fails = write_manifest(queue, out, total)
-                log(f"queue drained: {rows} rows in {out / 'manifest.jsonl'}, {fails} failed")
+        if follow and event.get("event") == "progress" and (counts := manifest.drained()):
+            log(f"queue drained: {counts['rows']} rows in {out / 'manifest.jsonl'}, "
+                f"{counts['failed'] + counts['dead']} failed")  # fmt: skip
         metrics.worker(st.slot.name, st.total_done, st.failed, st.batch, time.time())
         if event.get("event") == "start":
             log(worker_ready_line(st, event))
@@ -323,13 +309,13 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             log(f"done {stats.done}/{stats.total}  failed {stats.failed + stats.dead}  {rate:.1f} img/s")
 
     states_ref: list[SlotState] = []
-    ending: dict[str, float] = {}
     _exit_on_sigterm()
     try:
         states_ref.extend(_supervise(mps, settings, log, lambda env, fork: supervise(
-            base, slots, on_event, settings["procs_per_gpu"], env=env, forkserver=fork), ending,
+            base, slots, on_event, settings["procs_per_gpu"], env=env, forkserver=fork,
+            on_all_exited=None if follow else manifest.early), ending,
             run_socket(keep_warm_s, follow, may_compile(model, compile_mode)), keep_warm_s))  # fmt: skip
-        counts = _write_manifest(queue, out, total, ending)
+        counts = manifest.final()
     finally:
         queue.close()
     finish_run(url, out, json_path, {**run_report(states_ref, started, counts, ending), "settings": settings})

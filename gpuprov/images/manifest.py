@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import threading
+import time
 from pathlib import Path
 
-from gpuprov.images.queue import Queue, QueueLost
+from gpuprov.images.queue import Queue, QueueLost, QueueStats
 from gpuprov.images.tasks import atomic_write
+
+log = logging.getLogger(__name__)
 
 
 def _rows_in(path: Path) -> int:
@@ -101,3 +105,54 @@ def _write_parquet(out: Path, lines: list[str]) -> None:
     tmp = out / ".manifest.parquet.tmp"
     pq.write_table(table, tmp)
     tmp.replace(out / "manifest.parquet")
+
+
+class RunManifest:
+    """A run's manifest (:func:`write_manifest`): written as soon as every worker has committed its results
+    (:meth:`early`, while their processes end), each time a ``--follow`` service's queue drains (:meth:`drained`),
+    and at the end where the queue has changed since it was last written (:meth:`final`). Marks when it was last
+    written in ``ending`` (``manifest_written``: ``time.monotonic()``). The counts its methods return are the run
+    report's: ``rows``, ``failed`` (failed for good, dead ones apart) and ``dead``."""
+
+    def __init__(self, queue: Queue, out: Path, total: int, ending: dict[str, float]) -> None:
+        self.queue, self.out, self.total, self.ending = queue, out, total, ending
+        self.lock = threading.Lock()
+        self.counts: dict[str, int] | None = None
+        self.stats: QueueStats | None = None  # the queue's counts it was written from
+        self.ended = False
+
+    def early(self) -> None:
+        """Write it now, unless :meth:`final` has begun; a failure is left to :meth:`final`, which reports it."""
+        with self.lock:
+            if self.ended:
+                return
+            try:
+                self._write()
+            except Exception:  # final() writes it again, and the error is raised there
+                self.counts = None
+                log.debug("manifest: the early write failed; written again at the end", exc_info=True)
+
+    def drained(self) -> dict[str, int] | None:
+        """Write it where the queue is drained (no task open) and has changed since it was last written; its counts,
+        or None where it was not written."""
+        with self.lock:
+            stats = self.queue.stats()
+            if stats.open or stats == self.stats:
+                return None
+            self._write()
+            return self.counts
+
+    def final(self) -> dict[str, int]:
+        """Its counts, once it is written from the queue as it is now (no more early writes after this)."""
+        with self.lock:
+            self.ended = True
+            if self.counts is None or self.queue.stats() != self.stats:  # a worker restarted after its exit event
+                self._write()
+            assert self.counts is not None
+            return self.counts
+
+    def _write(self) -> None:
+        self.stats = self.queue.stats()
+        rows, fails = write_manifest(self.queue, self.out, self.total)
+        self.ending["manifest_written"] = time.monotonic()
+        self.counts = {"rows": rows, "failed": fails - self.stats.dead, "dead": self.stats.dead}

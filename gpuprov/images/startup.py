@@ -145,7 +145,7 @@ def run_report(states: Sequence[WorkerState], started: float, counts: Mapping[st
     dead), images done, seconds since ``started`` (the run's ``time.monotonic()`` at its start) and the rate
     over them, the first and last result (seconds after ``started``), the steady rate between them
     (:func:`steady_rate`), the steps of its end (``ending``: step -> ``time.monotonic()``; in ``ending_s`` as
-    seconds after ``started``) and one :func:`worker_record` per worker."""
+    seconds after ``started``, in the order they came) and one :func:`worker_record` per worker."""
     images = sum(st.total_done for st in states)
     wall = max(time.monotonic() - started, 1e-9)
     steady = steady_rate(states)
@@ -160,7 +160,7 @@ def run_report(states: Sequence[WorkerState], started: float, counts: Mapping[st
         "first_result_s": _since(min(firsts, default=None), started),
         "last_result_s": _since(max(lasts, default=None), started),
         "steady_images_per_s": None if steady is None else round(steady, 2),
-        "ending_s": {step: _since(when, started) for step, when in (ending or {}).items()},
+        "ending_s": {step: _since(when, started) for step, when in sorted((ending or {}).items(), key=lambda s: s[1])},
         "monotonic_start": started,
         "phases": list(PHASES),
         "workers": [worker_record(st, started) for st in states],

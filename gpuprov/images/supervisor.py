@@ -78,13 +78,16 @@ class SlotState:
     first_done: int = 0  # images the slot had done then
     first_batch: dict[str, float] = field(default_factory=dict)  # its first "progress" event's stage seconds
     last_result: float | None = None  # monotonic time of its latest "progress" event
+    exited: bool = False  # the current process sent its "exit" event: all its results are committed
 
     def note(self, event: dict[str, Any]) -> None:
         """Take in one of the worker's events (``start``, ``progress``, ``error``, ``exit``; see
         :mod:`gpuprov.images.worker`). A count or time that is not a number (a line that only looks like an event)
         is left out."""
         kind = event.get("event")
-        if kind == "error":
+        if kind == "exit":
+            self.exited = True
+        elif kind == "error":
             self.error = str(event.get("error"))
         elif kind in ("start", "progress"):
             self.queue_down_since, self.queue_backoff_s = None, 0.0  # it reached the queue
@@ -142,14 +145,17 @@ def supervise(
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     forkserver: Path | None = None,
+    on_all_exited: Callable[[], None] | None = None,
 ) -> list[SlotState]:
     """Run one worker per slot (``procs_per_gpu`` per GPU slot, see :func:`replicate`) until the queue is
     drained (``base.follow``: until ``stop`` is set), restarting workers that die (see the module docstring).
     Setting ``stop`` sends every worker SIGTERM and returns once they have exited (a worker stopped
     mid-batch leaves its tasks to lease expiry). GPU workers get ``env`` too (:func:`worker_env`). With
     ``forkserver`` (a socket path) each worker is asked of the fork server there first, and started as a new
-    interpreter where none answers (:func:`gpuprov.images.forkserver.spawn`). Returns one state per worker process
-    slot.
+    interpreter where none answers (:func:`gpuprov.images.forkserver.spawn`). ``on_all_exited`` is called, from the
+    thread that read the last of them, when every worker has sent its ``exit`` event (all results committed) while
+    their processes may still be ending (a CUDA context's teardown takes about a second), and again should a
+    restarted worker send it again: the run writes its manifest then. Returns one state per worker process slot.
 
     Raises :class:`ConfigError` (a worker exited with 2), :class:`EnvironmentMissing` (exit 4, a slot out
     of restarts) and :class:`QueueUnavailable` (no worker reached the queue for ``queue_timeout_s``)."""
@@ -160,6 +166,7 @@ def supervise(
         cfg = json.dumps(asdict(WorkerConfig(**{**asdict(base), "slot": st.slot})))
         st.done_before += st.done
         st.done = 0
+        st.exited = False
         st.restart_at = None
         st.startup = {}
         st.spawned = time.monotonic()
@@ -193,6 +200,8 @@ def supervise(
             with lock:
                 st.note(event)
                 on_event(st, event)
+                if on_all_exited is not None and st.exited and all(s.exited for s in states):
+                    on_all_exited()
 
     try:
         _run_slots(states, start, base, stop, queue_timeout_s)

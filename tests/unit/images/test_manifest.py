@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.images.manifest import PARQUET_MODULES, manifest_rows, preload_parquet, write_manifest
+from gpuprov.images import manifest
+from gpuprov.images.manifest import PARQUET_MODULES, RunManifest, manifest_rows, preload_parquet, write_manifest
 from gpuprov.images.queue import Queue, QueueLost, open_queue
 
 
@@ -90,3 +91,58 @@ def test_preloading_without_pyarrow_ends_quietly(monkeypatch: pytest.MonkeyPatch
     thread = preload_parquet()
     thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+def test_a_runs_manifest_is_written_once_unless_the_queue_changed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    queue = _done_queue(tmp_path / "q.db", 3)
+    writes: list[int] = []
+    real_write = manifest.write_manifest
+
+    def counted(q: Queue, o: Path, total: int = 0) -> tuple[int, int]:
+        writes.append(q.stats().done)
+        return real_write(q, o, total)
+
+    monkeypatch.setattr(manifest, "write_manifest", counted)
+    ending: dict[str, float] = {}
+    run = RunManifest(queue, out, 3, ending)
+    run.early()
+    assert writes == [3] and manifest_rows(out) == 3 and "manifest_written" in ending
+    assert run.final() == {"rows": 3, "failed": 0, "dead": 0} and writes == [3]  # the queue is as it was written
+    run.early()  # after final(): nothing
+    assert writes == [3]
+
+    changed = RunManifest(queue, out, 3, {})
+    changed.early()
+    queue.submit([{"path": "/img/late.png"}])  # a restarted worker's leases, a late result: the queue moved on
+    queue.complete("w", [(t.id, {"task": "stats"}) for t in queue.claim("w", 1, 30)])
+    assert changed.final() == {"rows": 4, "failed": 0, "dead": 0} and writes == [3, 3, 4]
+    queue.close()
+
+
+def test_an_early_manifest_write_that_fails_is_raised_by_the_final_one(tmp_path: Path) -> None:
+    queue = _done_queue(tmp_path / "q.db", 2)
+    out = tmp_path / "out"
+    out.write_text("")  # --out replaced by a file mid-run
+    run = RunManifest(queue, out, 2, {})
+    run.early()  # in the supervisor's reader thread: logged, never raised there
+    with pytest.raises(OSError):
+        run.final()
+    queue.close()
+
+
+def test_a_services_manifest_is_written_each_time_its_queue_drains_with_new_results(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    queue = _done_queue(tmp_path / "q.db", 2)
+    run = RunManifest(queue, out, 2, {})
+    assert run.drained() == {"rows": 2, "failed": 0, "dead": 0}
+    assert run.drained() is None  # nothing new since
+    queue.submit([{"path": "/img/new.png"}])
+    assert run.drained() is None  # a task open: not drained
+    queue.complete("w", [(t.id, {"task": "stats"}) for t in queue.claim("w", 1, 30)])
+    assert run.drained() == {"rows": 3, "failed": 0, "dead": 0} and manifest_rows(out) == 3
+    queue.close()

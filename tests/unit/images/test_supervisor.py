@@ -38,6 +38,17 @@ def _states() -> list[SlotState]:
     return [SlotState(Slot("cpu0"))]
 
 
+def _stand_in_worker(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    """Every worker process the supervisor starts runs the Python ``source`` instead (its stdin and stdout as
+    the supervisor gives them)."""
+    real_popen = subprocess.Popen
+
+    def stand_in(argv: list[str], **kwargs: object) -> subprocess.Popen[str]:
+        return real_popen([sys.executable, "-c", source], **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", stand_in)
+
+
 def test_a_worker_dying_on_every_start_ends_the_run_after_the_restart_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,12 +142,7 @@ def test_lines_that_only_look_like_events_neither_stop_the_reading_nor_the_count
         "             json.dumps({'event': 'exit', 'done': 8, 'failed': 1})]:\n"
         "    print(line, flush=True)\n"
     )
-    real_popen = subprocess.Popen
-
-    def stand_in(argv: list[str], **kwargs: object) -> subprocess.Popen[str]:
-        return real_popen([sys.executable, "-c", worker], **kwargs)  # type: ignore[call-overload,no-any-return]
-
-    monkeypatch.setattr(subprocess, "Popen", stand_in)
+    _stand_in_worker(monkeypatch, worker)
     seen: list[tuple[object, int, int, int]] = []
 
     def on_event(st: SlotState, event: dict[str, object]) -> None:
@@ -146,3 +152,36 @@ def test_lines_that_only_look_like_events_neither_stop_the_reading_nor_the_count
     (state,) = supervisor.supervise(config, [Slot("cpu0")], on_event)
     assert seen == [("start", 0, 0, 0), ("progress", 8, 1, 16), ("exit", 8, 1, 16)]
     assert state.first_batch == {"read_s": 0.25}  # NaN, negative, a bool and a string are no seconds
+
+
+def test_all_exited_is_told_once_every_worker_committed_while_their_processes_still_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run writes its manifest when every worker has sent ``exit`` (its results committed), not after the
+    processes' teardown (a CUDA context's, about a second). A worker that dies before its ``exit`` event is
+    restarted and counts only once its restart has sent one."""
+    worker = (
+        "import json, pathlib, sys, time\n"
+        "slot = json.loads(sys.stdin.readline())['slot']['name']\n"
+        f"crashed = pathlib.Path({str(tmp_path / 'crashed')!r})\n"
+        "if slot == 'cpu1' and not crashed.exists():\n"
+        "    crashed.touch()\n"
+        "    sys.exit(1)\n"
+        "print(json.dumps({'event': 'exit', 'done': 0, 'failed': 0}), flush=True)\n"
+        "time.sleep(1.5)\n"
+    )
+    _stand_in_worker(monkeypatch, worker)
+    told: list[list[bool]] = []
+    states: list[SlotState] = []
+
+    def on_event(st: SlotState, event: dict[str, object]) -> None:
+        if st not in states:
+            states.append(st)
+
+    def on_all_exited() -> None:
+        told.append([st.proc is not None and st.proc.poll() is None for st in states])
+
+    config = WorkerConfig(f"sqlite:///{tmp_path / 'q.db'}", str(tmp_path), task="stats")
+    ended = supervisor.supervise(config, [Slot("cpu0"), Slot("cpu1")], on_event, on_all_exited=on_all_exited)
+    assert [st.restarts for st in ended] == [0, 1]
+    assert told == [[True, True]]  # once, with both processes still running
