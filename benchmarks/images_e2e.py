@@ -123,6 +123,7 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
         return None if run[key] is None else round(cli + run[key], 3)
 
     last = after_launch("last_result_s")
+    lasts = [cli + w["last_result_s"] for w in run["workers"] if w.get("last_result_s") is not None]
     ending = {step: None if at is None else round(cli + at, 3) for step, at in run.get("ending_s", {}).items()}
     return {
         "forked": sum(1 for w in run["workers"] if w.get("forked")),
@@ -133,6 +134,7 @@ def startup_breakdown(run: dict[str, Any], launched: float, wall: float) -> dict
         "first_result_s": after_launch("first_result_s"),
         "first_batch_s": _spread(run["workers"], "first_batch_s"),
         "last_result_s": last,
+        "first_worker_done_s": round(min(lasts), 3) if lasts else None,  # the first worker's last result
         "tail_s": None if last is None else round(wall - last, 3),
         "ending_s": ending,
     }
@@ -170,7 +172,8 @@ def print_breakdown(s: dict[str, Any], workers: int) -> None:
     for phase, v in s["phases_s"].items():
         print(f"  worker {phase:<8} median {v['median']:7.2f}  max {v['max']:7.2f}")
     print(f"  first worker ready {s['first_ready_s']}, last ready {s['last_ready_s']}")
-    print(f"  first result {s['first_result_s']}, last result {s['last_result_s']}, tail to exit {s['tail_s']}")
+    print(f"  first result {s['first_result_s']}, last result {s['last_result_s']} (a worker's earliest last result "
+          f"{s.get('first_worker_done_s')}), tail to exit {s['tail_s']}")  # fmt: skip
     if s.get("first_batch_s"):
         print("  first batch, seconds per stage (median / max; the stages overlap): " + ", ".join(
             f"{stage.removesuffix('_s')} {v['median']:.2f}/{v['max']:.2f}" for stage, v in s["first_batch_s"].items()))

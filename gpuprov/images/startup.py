@@ -100,11 +100,10 @@ def worker_phases(state: WorkerState) -> dict[str, float]:
 def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
     """A worker's entry of the run's JSON report: its slot, device, batch, compile choice (``mode``: None when the
     model runs uncompiled; ``requested``, ``reason``; None for a built-in task), counts, restarts, whether the fork
-    server started it (``forked``), start-up seconds
-    per phase (:func:`phase_seconds`), relative to ``started`` (the run's start) when it was spawned and when its
-    first result came in, and ``first_batch_s``: the seconds each stage had spent by then (claim, read, decode,
-    task, commit, and the main thread's wait for a decoded batch; the stages run in threads of their own, so the
-    figures overlap rather than add up)."""
+    server started it (``forked``), start-up seconds per phase (:func:`phase_seconds`), relative to ``started`` (the
+    run's start) when it was spawned and when its first and last results came in, and ``first_batch_s``: the seconds
+    each stage had spent by then (claim, read, decode, task, commit, and the main thread's wait for a decoded batch;
+    the stages run in threads of their own, so the figures overlap rather than add up)."""
     seconds = worker_phases(state)
     return {
         "slot": state.slot.name,
@@ -120,6 +119,7 @@ def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
         "startup_s": seconds,
         "ready_s": round(sum(seconds.values()), 3) if PHASES[-1] in seconds else None,
         "first_result_s": _since(state.first_result, started),
+        "last_result_s": _since(state.last_result, started),
         "first_batch_s": {k: round(v, 3) for k, v in state.first_batch.items()},
     }
 

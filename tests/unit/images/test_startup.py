@@ -66,8 +66,9 @@ def test_run_report_puts_each_workers_phases_and_the_results_after_the_run_start
     assert (report["first_result_s"], report["last_result_s"], report["steady_images_per_s"]) == (11.0, 13.0, 16.0)
     first, second = report["workers"]
     assert first["startup_s"] == dict.fromkeys(PHASES, 1.0) and first["ready_s"] == len(PHASES)
-    assert (first["spawned_s"], first["first_result_s"], first["done"]) == (1.0, 11.0, 64)
+    assert (first["spawned_s"], first["first_result_s"], first["last_result_s"], first["done"]) == (1.0, 11.0, 13.0, 64)
     assert (first["compile"], second["compile"]) == (choice, None)
-    assert (second["startup_s"], second["ready_s"], second["first_result_s"]) == ({}, None, None)
+    assert (second["startup_s"], second["ready_s"], second["first_result_s"], second["last_result_s"]) == (
+        {}, None, None, None)  # fmt: skip
     assert first["first_batch_s"] == {**first_batch, "claim_s": 0.01} and second["first_batch_s"] == {}
     assert report["phases"] == list(PHASES)
