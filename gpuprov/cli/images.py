@@ -317,6 +317,7 @@ def run_cmd(url: str, out: Path, task: str | None, model: Path | None, gpus: str
             run_socket(keep_warm_s, follow, may_compile(model, compile_mode)), keep_warm_s))  # fmt: skip
         counts = manifest.final()
     finally:
+        manifest.close()  # an early write in a reader thread (SIGTERM, ^C) ends before the queue closes
         queue.close()
     finish_run(url, out, json_path, {**run_report(states_ref, started, counts, ending), "settings": settings})
 

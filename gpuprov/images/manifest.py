@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+from gpuprov.exceptions import ConfigError
 from gpuprov.images.queue import Queue, QueueLost, QueueStats
 from gpuprov.images.tasks import atomic_write
 
@@ -35,8 +36,19 @@ def write_manifest(queue: Queue, out: Path, total: int = 0) -> tuple[int, int]:
 
     Raises :class:`QueueLost` (exit 4), writing nothing, when the queue holds fewer than ``total`` tasks,
     or fewer results than ``out``'s manifest has rows: the queue lost tasks (a Redis server restarted
-    without persistence, a queue file replaced), and the manifest is the only record left of that work.
+    without persistence, a queue file replaced), and the manifest is the only record left of that work;
+    :class:`ConfigError` (exit 2) where ``out`` cannot be written (removed, replaced by a file, made read-only).
     """
+    try:
+        return _write(queue, out, total)
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {out}: the manifest cannot be written there ({exc.strerror or exc}); keep --out a writable folder "
+            "while the run lasts, then run again to write it"
+        ) from None
+
+
+def _write(queue: Queue, out: Path, total: int) -> tuple[int, int]:
     now = queue.stats().total
     if now < total:
         raise QueueLost(
@@ -54,9 +66,10 @@ def write_manifest(queue: Queue, out: Path, total: int = 0) -> tuple[int, int]:
             "job, use another --out (or move that manifest away)"
         )
     fails = [{"shard": s, "path": p.get("path"), "state": st, "reason": r} for s, st, r, p in queue.failures()]
-    atomic_write(out / "manifest.jsonl", "".join(line + "\n" for line in lines).encode())
+    data = "".join(line + "\n" for line in lines).encode()
+    atomic_write(out / "manifest.jsonl", data)
     atomic_write(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in fails).encode())
-    _write_parquet(out, lines)
+    _write_parquet(out, lines, data)
     return len(lines), len(fails)
 
 
@@ -86,73 +99,95 @@ def preload_parquet() -> threading.Thread:
     return thread
 
 
-def _write_parquet(out: Path, lines: list[str]) -> None:
-    """``out/manifest.parquet`` beside the JSON lines, where pyarrow is installed: columns ``shard``, ``path``,
-    ``sha256`` (read from the lines by pyarrow's JSON reader; "" where a row has none) and ``row`` (the line)."""
+def _write_parquet(out: Path, lines: list[str], data: bytes) -> None:
+    """``out/manifest.parquet`` beside the JSON lines (``data``: them, as written), where pyarrow is installed:
+    columns ``shard``, ``path``, ``sha256`` (read from ``data`` by pyarrow's JSON reader; "" where a row has none)
+    and ``row`` (the line); written through a temporary file of its own, as :func:`atomic_write` writes."""
     try:
         pa, pc, pj, pq = (importlib.import_module(name) for name in PARQUET_MODULES)
     except ImportError:
         return
     wanted = pa.schema([("shard", pa.int64()), ("path", pa.string()), ("sha256", pa.string())])
     options = pj.ParseOptions(explicit_schema=wanted, unexpected_field_behavior="ignore")
-    table = pj.read_json(out / "manifest.jsonl", parse_options=options) if lines else wanted.empty_table()
+    table = pj.read_json(pa.BufferReader(data), parse_options=options) if lines else wanted.empty_table()
     table = pa.table({
         "shard": table["shard"],
         "path": pc.fill_null(table["path"], ""),
         "sha256": pc.fill_null(table["sha256"], ""),
         "row": pa.array(lines, pa.string()),
     })  # fmt: skip
-    tmp = out / ".manifest.parquet.tmp"
-    pq.write_table(table, tmp)
-    tmp.replace(out / "manifest.parquet")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    atomic_write(out / "manifest.parquet", sink.getvalue().to_pybytes())
 
 
 class RunManifest:
     """A run's manifest (:func:`write_manifest`): written as soon as every worker has committed its results
     (:meth:`early`, while their processes end), each time a ``--follow`` service's queue drains (:meth:`drained`),
-    and at the end where the queue has changed since it was last written (:meth:`final`). Marks when it was last
-    written in ``ending`` (``manifest_written``: ``time.monotonic()``). The counts its methods return are the run
-    report's: ``rows``, ``failed`` (failed for good, dead ones apart) and ``dead``."""
+    and at the end where the queue, or the manifest file, has changed since it was last written (:meth:`final`).
+    Marks when it was last written in ``ending`` (``manifest_written``: ``time.monotonic()``). The counts its methods
+    return are the run report's: ``rows``, ``failed`` (failed for good, dead ones apart) and ``dead``. The writes in
+    the supervisor's threads never raise (the next write meets the error again, and :meth:`final` raises it);
+    :meth:`close` waits for one in progress."""
 
     def __init__(self, queue: Queue, out: Path, total: int, ending: dict[str, float]) -> None:
         self.queue, self.out, self.total, self.ending = queue, out, total, ending
         self.lock = threading.Lock()
         self.counts: dict[str, int] | None = None
-        self.stats: QueueStats | None = None  # the queue's counts it was written from
+        self.stats: QueueStats | None = None  # the queue's counts it was last written from
+        self.file: tuple[int, int, int] | None = None  # the manifest file as written: inode, size, mtime (ns)
         self.ended = False
 
     def early(self) -> None:
-        """Write it now, unless :meth:`final` has begun; a failure is left to :meth:`final`, which reports it."""
+        """Write it now, unless :meth:`final` or :meth:`close` has begun."""
         with self.lock:
-            if self.ended:
-                return
-            try:
-                self._write()
-            except Exception:  # final() writes it again, and the error is raised there
-                self.counts = None
-                log.debug("manifest: the early write failed; written again at the end", exc_info=True)
+            if not self.ended:
+                self._try_write()
 
     def drained(self) -> dict[str, int] | None:
         """Write it where the queue is drained (no task open) and has changed since it was last written; its counts,
         or None where it was not written."""
         with self.lock:
             stats = self.queue.stats()
-            if stats.open or stats == self.stats:
+            if self.ended or stats.open or stats == self.stats:
                 return None
-            self._write()
-            return self.counts
+            return self.counts if self._try_write() else None
 
     def final(self) -> dict[str, int]:
-        """Its counts, once it is written from the queue as it is now (no more early writes after this)."""
+        """Its counts, once it is written from the queue as it is now; raises what :func:`write_manifest` raises."""
         with self.lock:
             self.ended = True
-            if self.counts is None or self.queue.stats() != self.stats:  # a worker restarted after its exit event
-                self._write()
+            if self.counts is None or self.queue.stats() != self.stats or _identity(self.out) != self.file:
+                self._write()  # a worker restarted after its exit event, another job wrote to the same --out
             assert self.counts is not None
             return self.counts
 
+    def close(self) -> None:
+        """No more writes; returns once a write in progress (in a supervisor's thread) has ended."""
+        with self.lock:
+            self.ended = True
+
+    def _try_write(self) -> bool:
+        try:
+            self._write()
+        except Exception as exc:  # a supervisor's thread: the next write, or final(), meets it again
+            self.counts = None
+            log.warning("manifest not written: %s", getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
     def _write(self) -> None:
-        self.stats = self.queue.stats()
+        stats = self.queue.stats()
         rows, fails = write_manifest(self.queue, self.out, self.total)
         self.ending["manifest_written"] = time.monotonic()
-        self.counts = {"rows": rows, "failed": fails - self.stats.dead, "dead": self.stats.dead}
+        self.stats, self.file = stats, _identity(self.out)
+        self.counts = {"rows": rows, "failed": fails - stats.dead, "dead": stats.dead}
+
+
+def _identity(out: Path) -> tuple[int, int, int] | None:
+    """``out/manifest.jsonl``'s inode, size and modification time (ns), None where it cannot be read."""
+    try:
+        st = (out / "manifest.jsonl").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns

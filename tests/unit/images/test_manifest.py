@@ -1,13 +1,17 @@
-"""The manifest guard: a queue that lost tasks never overwrites the manifest made from it."""
+"""The manifest: its guard (a queue that lost tasks never overwrites the manifest made from it) and when a run
+writes it (:class:`RunManifest`)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from gpuprov.exceptions import ConfigError
 from gpuprov.images import manifest
 from gpuprov.images.manifest import PARQUET_MODULES, RunManifest, manifest_rows, preload_parquet, write_manifest
 from gpuprov.images.queue import Queue, QueueLost, open_queue
@@ -129,9 +133,95 @@ def test_an_early_manifest_write_that_fails_is_raised_by_the_final_one(tmp_path:
     out.write_text("")  # --out replaced by a file mid-run
     run = RunManifest(queue, out, 2, {})
     run.early()  # in the supervisor's reader thread: logged, never raised there
-    with pytest.raises(OSError):
+    with pytest.raises(ConfigError, match=r"^--out .*out: the manifest cannot be written there \(Not a directory\)"):
         run.final()
     queue.close()
+
+
+def test_a_manifest_another_job_wrote_over_after_the_early_write_is_checked_again(tmp_path: Path) -> None:
+    """Two jobs given the same --out: the second one's larger manifest must not pass for the first one's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    ours, theirs = _done_queue(tmp_path / "a.db", 2), _done_queue(tmp_path / "b.db", 3)
+    run = RunManifest(ours, out, 2, {})
+    run.early()
+    write_manifest(theirs, out)  # while our workers' processes end
+    with pytest.raises(QueueLost, match="has 3 rows but the queue has only 2 results"):
+        run.final()
+    assert manifest_rows(out) == 3  # theirs, left as it was
+    ours.close()
+    theirs.close()
+
+
+def test_close_waits_for_an_early_write_in_progress_and_stops_later_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM or ^C as the early write runs in a reader thread: the run closes the queue only after it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    queue = _done_queue(tmp_path / "q.db", 2)
+    started = threading.Event()
+    real_write = manifest.write_manifest
+
+    def slow(q: Queue, o: Path, total: int = 0) -> tuple[int, int]:
+        started.set()
+        time.sleep(0.5)
+        return real_write(q, o, total)
+
+    monkeypatch.setattr(manifest, "write_manifest", slow)
+    run = RunManifest(queue, out, 2, {})
+    writer = threading.Thread(target=run.early)
+    writer.start()
+    assert started.wait(10)
+    run.close()
+    assert manifest_rows(out) == 2 and not writer.is_alive()
+    (out / "manifest.jsonl").unlink()
+    run.early()
+    assert run.drained() is None and not (out / "manifest.jsonl").exists()  # closed: no more writes
+    queue.close()
+
+
+def test_a_drain_write_that_fails_is_logged_and_done_at_the_next_drain(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``--follow`` service: the write runs in the supervisor's reader thread, which must go on reading."""
+    out = tmp_path / "out"
+    out.write_text("")  # not a folder
+    queue = _done_queue(tmp_path / "q.db", 2)
+    run = RunManifest(queue, out, 2, {})
+    with caplog.at_level("WARNING", logger="gpuprov.images.manifest"):
+        assert run.drained() is None
+    assert "manifest not written: --out" in caplog.text and "Not a directory" in caplog.text
+    out.unlink()
+    out.mkdir()
+    assert run.drained() == {"rows": 2, "failed": 0, "dead": 0} and manifest_rows(out) == 2
+    queue.close()
+
+
+def test_writers_of_one_out_at_once_each_leave_a_whole_manifest(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "out"
+    out.mkdir()
+    queues = [_done_queue(tmp_path / f"{n}.db", 3) for n in range(2)]
+    errors: list[BaseException] = []
+
+    def write(queue: Queue) -> None:
+        try:
+            for _ in range(10):
+                write_manifest(queue, out)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(q,)) for q in queues]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(p.name for p in out.iterdir()) == ["failures.jsonl", "manifest.jsonl", "manifest.parquet"]
+    assert pq.read_table(out / "manifest.parquet").num_rows == manifest_rows(out) == 3
+    for q in queues:
+        q.close()
 
 
 def test_a_services_manifest_is_written_each_time_its_queue_drains_with_new_results(tmp_path: Path) -> None:
