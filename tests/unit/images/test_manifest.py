@@ -7,6 +7,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,17 @@ def test_preloading_without_pyarrow_ends_quietly(monkeypatch: pytest.MonkeyPatch
     assert not thread.is_alive()
 
 
+def _before_each_write(monkeypatch: pytest.MonkeyPatch, before: Callable[[Queue], object]) -> None:
+    """Make each of :class:`RunManifest`'s writes call ``before(queue)`` first."""
+    real_write = manifest.write_manifest
+
+    def write(q: Queue, o: Path, total: int = 0) -> tuple[int, int]:
+        before(q)
+        return real_write(q, o, total)
+
+    monkeypatch.setattr(manifest, "write_manifest", write)
+
+
 def test_a_runs_manifest_is_written_once_unless_the_queue_changed_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,13 +116,7 @@ def test_a_runs_manifest_is_written_once_unless_the_queue_changed_after_it(
     out.mkdir()
     queue = _done_queue(tmp_path / "q.db", 3)
     writes: list[int] = []
-    real_write = manifest.write_manifest
-
-    def counted(q: Queue, o: Path, total: int = 0) -> tuple[int, int]:
-        writes.append(q.stats().done)
-        return real_write(q, o, total)
-
-    monkeypatch.setattr(manifest, "write_manifest", counted)
+    _before_each_write(monkeypatch, lambda q: writes.append(q.stats().done))
     ending: dict[str, float] = {}
     run = RunManifest(queue, out, 3, ending)
     run.early()
@@ -161,14 +167,7 @@ def test_close_waits_for_an_early_write_in_progress_and_stops_later_ones(
     out.mkdir()
     queue = _done_queue(tmp_path / "q.db", 2)
     started = threading.Event()
-    real_write = manifest.write_manifest
-
-    def slow(q: Queue, o: Path, total: int = 0) -> tuple[int, int]:
-        started.set()
-        time.sleep(0.5)
-        return real_write(q, o, total)
-
-    monkeypatch.setattr(manifest, "write_manifest", slow)
+    _before_each_write(monkeypatch, lambda q: (started.set(), time.sleep(0.5)))
     run = RunManifest(queue, out, 2, {})
     writer = threading.Thread(target=run.early)
     writer.start()
