@@ -76,6 +76,12 @@ def test_rerender_removes_stale_hosts_and_refuses_foreign_dirs(tmp_path: Path) -
         render_inventory(fleet, foreign)
 
 
+def test_every_host_names_its_python() -> None:
+    """No interpreter discovery: under mitogen it multiplies the time to report a host that does not answer."""
+    fleet = load_fleet(ROOT / "inventory" / "example.yml")
+    assert {connection_vars(h)["ansible_python_interpreter"] for h in fleet.hosts.values()} == {"/usr/bin/python3"}
+
+
 def test_host_key_checking_args() -> None:
     fleet = load_fleet(ROOT / "inventory" / "example.yml")
     args = connection_vars(fleet.hosts["hgx01"])["ansible_ssh_common_args"]
