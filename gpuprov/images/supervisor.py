@@ -190,6 +190,7 @@ def supervise(
 
     def read(st: SlotState, proc: subprocess.Popen[str] | ForkedWorker) -> None:
         assert proc.stdout is not None
+        failed = False
         for line in proc.stdout:
             try:
                 event = json.loads(line)
@@ -199,9 +200,15 @@ def supervise(
                 continue
             with lock:
                 st.note(event)
-                on_event(st, event)
-                if on_all_exited is not None and st.exited and all(s.exited for s in states):
-                    on_all_exited()
+                try:
+                    on_event(st, event)
+                    if on_all_exited is not None and st.exited and all(s.exited for s in states):
+                        on_all_exited()
+                except Exception:  # handled: the worker's output is still read (a pipe left full would stop it)
+                    if not failed:
+                        log.exception("%s: handling the worker's events failed; its output is still read",
+                                      st.slot.name)
+                    failed = True
 
     try:
         _run_slots(states, start, base, stop, queue_timeout_s)

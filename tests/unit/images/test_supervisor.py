@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -185,3 +186,38 @@ def test_all_exited_is_told_once_every_worker_committed_while_their_processes_st
     ended = supervisor.supervise(config, [Slot("cpu0"), Slot("cpu1")], on_event, on_all_exited=on_all_exited)
     assert [st.restarts for st in ended] == [0, 1]
     assert told == [[True, True]]  # once, with both processes still running
+
+
+def test_a_failing_event_handler_leaves_the_worker_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run's handler of a worker's events (progress line, metrics) raising: the thread reading that worker logs
+    it once and keeps reading. Before, the thread ended, the worker's stdout filled (64 KiB) and the worker stopped
+    for good in its next write, so the run never ended."""
+    worker = (
+        "import json, sys\n"
+        "sys.stdin.readline()\n"
+        "for n in range(2000):\n"  # about 200 KiB of progress events, past a pipe's 64 KiB
+        "    event = {'event': 'progress', 'done': n, 'failed': 0, 'batch': 8, 'pad': 'x' * 30}\n"
+        "    print(json.dumps(event), flush=True)\n"
+        "print(json.dumps({'event': 'exit', 'done': 2000, 'failed': 0}), flush=True)\n"
+    )
+    _stand_in_worker(monkeypatch, worker)
+    calls: list[str] = []
+
+    def on_event(st: SlotState, event: dict[str, object]) -> None:
+        calls.append(str(event["event"]))
+        raise BrokenPipeError(32, "Broken pipe")  # the progress line's terminal went away
+
+    config = WorkerConfig(f"sqlite:///{tmp_path / 'q.db'}", str(tmp_path), task="stats")
+    ended: list[SlotState] = []
+    run = threading.Thread(target=lambda: ended.extend(supervisor.supervise(config, [Slot("cpu0")], on_event)),
+                           daemon=True)
+    run.start()
+    run.join(60)
+    assert not run.is_alive(), "the run did not end: the worker's output was left unread"
+    (state,) = ended
+    assert state.finished and state.exited and state.done == 2000
+    assert len(calls) == 2001  # every event still reached the handler
+    failures = [r for r in caplog.records if "handling the worker's events failed" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
