@@ -39,14 +39,19 @@ from gpuprov.images.transforms import (
     to_device,
 )
 
+log = logging.getLogger(__name__)
+
 try:  # an optional dependency: torch's Linux wheels carry it, others may not
     import triton
     import triton.language as tl
 except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
     tl = None
-
-log = logging.getLogger(__name__)
+except Exception as exc:  # a damaged install (a shared library missing or unreadable): the reference path serves
+    log.warning("Triton cannot be imported (%s: %s): images are cropped and resized without its kernel",
+                type(exc).__name__, exc)
+    triton = None
+    tl = None
 
 BLOCK = 256
 """Output pixels per Triton program (each program writes all three channels of its pixels)."""

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ pytest.importorskip("triton")
 
 from gpuprov.images import fused, transforms  # noqa: E402
 from gpuprov.images.decode import Decoded  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
 
 INTERPRETED = textwrap.dedent(
     """
@@ -240,3 +243,19 @@ def test_hash_compiler_never_raises(monkeypatch: pytest.MonkeyPatch, caplog: pyt
     with caplog.at_level(logging.INFO, logger="gpuprov.images.fused"):
         fused.hash_compiler()
     assert "Triton's compiler not hashed ahead: OSError" in caplog.text
+
+
+def test_a_triton_that_fails_to_import_leaves_the_reference_path(tmp_path: Path) -> None:
+    """A damaged Triton whose import raises something other than ImportError (here OSError, as a shared library that
+    cannot be read gives): the module still imports, says why once, and reports the kernel unavailable, so the
+    workers take the reference crop-resize instead of failing to start."""
+    fake = tmp_path / "triton"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise OSError(5, 'Input/output error', 'libtriton.so')\n", encoding="utf-8")
+    code = "from gpuprov.images import fused; print(fused.triton is None, fused.available('cpu'))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]), TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "False"]
+    assert "Triton cannot be imported (OSError: [Errno 5] Input/output error: 'libtriton.so')" in proc.stderr
