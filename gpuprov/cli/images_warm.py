@@ -50,7 +50,8 @@ def warm_cmd(model: Path, gpus: str, batch: str, size: int | None, record: Path 
     startup = Startup()
     startup.mark("process")
     started = startup.marks["process"]
-    device, task, backoff = prepare(cfg, startup)
+    device, task, backoff, decoder = prepare(cfg, startup)
+    decoder.close()
     choice = compile_report(task) or {}
     compiled = choice.get("mode") or f"off ({choice.get('reason')})"
     seconds = phase_seconds(startup.marks, started)

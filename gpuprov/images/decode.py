@@ -198,6 +198,19 @@ class Decoder:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
+    def warm(self, count: int) -> None:
+        """Decode ``count`` copies of one synthetic baseline JPEG (:data:`WARM_SIDE` pixels square, 4:2:0) as one
+        batch, and drop them: a decoder's first batch on a GPU makes nvJPEG's handle and its buffers for each image
+        of the batch (host and device memory, allocated outside torch's caches); seconds when several workers start
+        at once (docs/benchmarks.md). Images as large as those or smaller then find the buffers made. Nothing on a
+        CPU. Never raises: a warm-up that fails (out of memory, say) is logged, and the first real batch pays."""
+        if self.device == "cpu" or count < 1:
+            return
+        try:
+            self.decode([warm_jpeg()] * count)
+        except Exception as exc:  # only a warm-up: the real batches decode, or fail, on their own
+            log.info("JPEG decoder not warmed up: %s: %s", type(exc).__name__, exc)
+
     def _decode_nvimgcodec(self, blobs: Sequence[bytes]) -> list[Decoded | None]:
         """Baseline JPEGs through nvImageCodec on torch's current stream; None where one failed."""
         torch, _ = torch_modules()
@@ -259,6 +272,20 @@ class Decoder:
                 continue
             out[i] = Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
         return [o if o is not None else DecodeError("not decoded") for o in out]
+
+
+WARM_SIDE = 512
+"""Side in pixels of the JPEG :meth:`Decoder.warm` decodes: as large as most ImageNet-like photos (256-500 px)."""
+
+
+def warm_jpeg(side: int = WARM_SIDE) -> bytes:
+    """A baseline JPEG (quality 90, 4:2:0) of ``side`` x ``side`` colour gradients: it compresses like a photo,
+    not like noise."""
+    torch, torchvision = torch_modules()
+    ramp = torch.arange(side, dtype=torch.int32)
+    shift = torch.tensor([0, 85, 170], dtype=torch.int32)[:, None, None]
+    pixels = ((ramp[None, :, None] + 2 * ramp[None, None, :] + shift) % 256).to(torch.uint8)
+    return bytes(torchvision.io.encode_jpeg(pixels, quality=90).numpy())
 
 
 def over_pixel_limit(data: bytes, max_pixels: int) -> DecodeError | None:

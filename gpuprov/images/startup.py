@@ -17,8 +17,9 @@ the spawn:
 ``probe``    the batch-size probe (``--batch auto`` on a GPU; nothing to do for ``--batch N``)
 ``compile``  ``torch.compile`` of the model for the full batch, built or loaded from the machine's cache
              (``--compile``, :mod:`gpuprov.images.compiled`; nothing to do when the model runs uncompiled)
-``warmup``   the first batch: a full batch of synthetic images on a GPU (cuDNN autotunes its shapes),
-             one small image on a CPU
+``warmup``   the first batch: a full batch of synthetic images on a GPU (cuDNN autotunes its shapes) and,
+             in a thread beside it, the JPEG decoder's first batch (nvJPEG makes its buffers); one small
+             image on a CPU
 ``queue``    the queue opened and the worker's threads started; the worker is ready
 """
 

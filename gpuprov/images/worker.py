@@ -85,11 +85,12 @@ WARMUP_SIDE = 256
 """Side in pixels of the synthetic images a GPU worker runs one full batch of before it reports ready."""
 
 
-def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backoff]:
+def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backoff, Decoder]:
     """A worker's start-up up to its first claim, each phase marked in ``startup`` as it ends (the phases:
     :mod:`gpuprov.images.startup`): import torch, open and check the device, make the task (load and freeze a
     model), build its kernel, probe the batch size, compile the model for that batch (``--compile``) and run the
-    first batch. Returns the device (``cuda`` or ``cpu``), the task and the batch size's :class:`Backoff`."""
+    first batch, and beside it the JPEG decoder's first batch. Returns the device (``cuda`` or ``cpu``), the task,
+    the batch size's :class:`Backoff` and the :class:`Decoder` (the caller closes it)."""
     if may_compile(cfg.model, cfg.compile):
         configure_caches()  # before torch is imported: Inductor reads its cache flags then
     torch_modules()
@@ -119,6 +120,12 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
         build_compiled(batch)
     startup.mark("compile")
     backoff = Backoff(batch)
+    decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg, max_pixels=cfg.max_pixels)
+    # the decoder's first batch makes nvJPEG's per-image buffers (seconds with 8 workers starting at once): a
+    # synthetic one now, in a thread beside the model's warm-up, not the job's first batch
+    warming = threading.Thread(target=decoder.warm, args=(batch,), name="decode-warm", daemon=True)
+    if device != "cpu":
+        warming.start()
     # Warm up before the first claim: the first batch of a fresh process pays the lazy imports and kernel
     # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
     # reclaimed alone after a crash is charged a crash of the worker holding it). On a GPU, cuDNN also
@@ -130,8 +137,9 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
         set_full_batch = getattr(task, "set_full_batch", None)
         if set_full_batch is not None:
             set_full_batch(backoff.batch)
+        warming.join()
     startup.mark("warmup")
-    return device, task, backoff
+    return device, task, backoff, decoder
 
 
 def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], startup: Startup | None = None) -> None:
@@ -145,7 +153,7 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], start
     if startup is None:
         startup = Startup()
         startup.mark("process")
-    device, task, backoff = prepare(cfg, startup)
+    device, task, backoff, decoder = prepare(cfg, startup)
     name = f"{os.uname().nodename}:{cfg.slot.name}:{os.getpid()}"
     try:
         queue = open_queue(cfg.queue, create=False)  # the run opened (or made) it before starting workers
@@ -156,7 +164,6 @@ def worker_main(cfg: WorkerConfig, emit: Callable[[dict[str, Any]], None], start
         ) from exc
     keeper = LeaseKeeper(queue, name, cfg.lease_s)
     keeper.start()
-    decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg, max_pixels=cfg.max_pixels)
     timing = dict.fromkeys(STAGE_KEYS, 0.0)
     committer = Committer(queue, name, keeper, emit, timing)
     committer.start()

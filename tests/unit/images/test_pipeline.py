@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 from PIL import Image  # noqa: E402
 
-from gpuprov.images import decode, memory, transforms  # noqa: E402
+from gpuprov.images import decode, formats, memory, transforms  # noqa: E402
 from gpuprov.images.decode import DecodeError, Decoder  # noqa: E402
 from gpuprov.images.memory import Backoff, BudgetExceeded  # noqa: E402
 
@@ -262,3 +262,33 @@ def test_an_images_resize_does_not_depend_on_its_batch() -> None:
     together = transforms.crop_resize_batch(decs, 32)
     for dec, unit in zip(decs, together, strict=True):
         assert torch.equal(transforms.crop_resize_batch([dec], 32)[0], unit)
+
+
+def test_warm_jpeg_is_a_baseline_photo_like_jpeg_the_gpu_path_takes() -> None:
+    blob = decode.warm_jpeg()
+    assert formats.jpeg_kind(blob) == "baseline"  # the batched nvJPEG path, not the CPU pool
+    assert len(blob) < 100_000  # gradients compress like a photo (noise would not)
+    (img,) = Decoder("cpu").decode([blob])
+    assert not isinstance(img, DecodeError) and tuple(img.pixels.shape) == (3, decode.WARM_SIDE, decode.WARM_SIDE)
+
+
+def test_decoder_warm_decodes_one_batch_on_a_gpu_and_never_raises(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    batches: list[list[bytes]] = []
+    cpu = Decoder("cpu")
+    monkeypatch.setattr(cpu, "decode", batches.append)
+    cpu.warm(8)
+    assert batches == []  # nothing to make on a CPU
+    gpu = Decoder("cuda")  # __init__ touches no CUDA
+    monkeypatch.setattr(gpu, "decode", batches.append)
+    gpu.warm(8)
+    assert len(batches) == 1 and len(batches[0]) == 8 and all(formats.jpeg_kind(b) == "baseline" for b in batches[0])
+
+    def out_of_memory(blobs: list[bytes]) -> None:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(gpu, "decode", out_of_memory)
+    with caplog.at_level("INFO", logger="gpuprov.images.decode"):
+        gpu.warm(8)
+    assert "JPEG decoder not warmed up: RuntimeError: CUDA out of memory" in caplog.text
