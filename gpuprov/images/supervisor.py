@@ -190,7 +190,7 @@ def supervise(
 
     def read(st: SlotState, proc: subprocess.Popen[str] | ForkedWorker) -> None:
         assert proc.stdout is not None
-        failed = False
+        failed: set[type[Exception]] = set()  # what was logged: once per kind, so a later, other failure shows too
         for line in proc.stdout:
             try:
                 event = json.loads(line)
@@ -200,15 +200,20 @@ def supervise(
                 continue
             with lock:
                 st.note(event)
+                # each handled apart, and the worker's output still read whatever they raise (a pipe left full
+                # would stop it): a failed progress line must not keep the manifest from being written early
                 try:
                     on_event(st, event)
-                    if on_all_exited is not None and st.exited and all(s.exited for s in states):
-                        on_all_exited()
-                except Exception:  # handled: the worker's output is still read (a pipe left full would stop it)
-                    if not failed:
+                except Exception as exc:  # handled: logged once per kind
+                    if type(exc) not in failed:
                         log.exception("%s: handling the worker's events failed; its output is still read",
                                       st.slot.name)
-                    failed = True
+                    failed.add(type(exc))
+                if on_all_exited is not None and st.exited and all(s.exited for s in states):
+                    try:
+                        on_all_exited()
+                    except Exception:  # handled: the run's end writes the manifest again
+                        log.exception("%s: handling every worker's exit failed", st.slot.name)
 
     try:
         _run_slots(states, start, base, stop, queue_timeout_s)

@@ -221,3 +221,29 @@ def test_a_failing_event_handler_leaves_the_worker_read_to_its_end(
     assert len(calls) == 2001  # every event still reached the handler
     failures = [r for r in caplog.records if "handling the worker's events failed" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info is not None
+
+
+def test_each_handler_fails_apart_and_each_kind_of_failure_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The event handler failing on a worker's last event still lets the run learn that every worker exited (it
+    writes its manifest then), and a second, different failure is logged too, not hidden behind the first."""
+    worker = (
+        "import json, sys\n"
+        "sys.stdin.readline()\n"
+        "print(json.dumps({'event': 'progress', 'done': 1, 'failed': 0, 'batch': 8}), flush=True)\n"
+        "print(json.dumps({'event': 'exit', 'done': 1, 'failed': 0}), flush=True)\n"
+    )
+    _stand_in_worker(monkeypatch, worker)
+    told: list[int] = []
+
+    def on_event(st: SlotState, event: dict[str, object]) -> None:
+        if event["event"] == "progress":
+            raise BrokenPipeError(32, "Broken pipe")
+        raise KeyError("a metric that is not there")
+
+    config = WorkerConfig(f"sqlite:///{tmp_path / 'q.db'}", str(tmp_path), task="stats")
+    supervisor.supervise(config, [Slot("cpu0")], on_event, on_all_exited=lambda: told.append(1))
+    assert told == [1]
+    logged = [type(r.exc_info[1]).__name__ for r in caplog.records if r.exc_info and r.exc_info[1]]
+    assert logged == ["BrokenPipeError", "KeyError"]
