@@ -130,13 +130,20 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
     # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
     # reclaimed alone after a crash is charged a crash of the worker holding it). On a GPU, cuDNN also
     # autotunes the full batch's shapes now, not in the first job's first batch.
-    if device == "cpu":
-        task.process(synthetic_items(1, device, 32, 32))
-    else:
-        backoff.run(synthetic_items(backoff.batch, device, WARMUP_SIDE, WARMUP_SIDE), task.process)
-        set_full_batch = getattr(task, "set_full_batch", None)
-        if set_full_batch is not None:
-            set_full_batch(backoff.batch)
+    try:
+        if device == "cpu":
+            task.process(synthetic_items(1, device, 32, 32))
+        else:
+            backoff.run(synthetic_items(backoff.batch, device, WARMUP_SIDE, WARMUP_SIDE), task.process)
+            set_full_batch = getattr(task, "set_full_batch", None)
+            if set_full_batch is not None:
+                set_full_batch(backoff.batch)
+    except BaseException:  # a failed warm-up leaves no thread inside nvJPEG, nor a decoder, as the process exits
+        if warming.is_alive():
+            warming.join()
+        decoder.close()
+        raise
+    if warming.is_alive():
         warming.join()
     startup.mark("warmup")
     return device, task, backoff, decoder

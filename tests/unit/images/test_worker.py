@@ -466,3 +466,35 @@ def test_gpus_without_a_usable_gpu_name_the_fix(caplog: pytest.LogCaptureFixture
             assert [s.name for s in resolve_slots("all", nvml=nvml)] == ["cpu0"]
         assert "running on the CPU" in caplog.text
         caplog.clear()
+
+
+def test_a_failed_warm_up_waits_for_the_decoders_and_closes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's warm-up batch failing on a GPU worker: prepare() raises only once the decoder's warm-up thread
+    has ended (no thread left inside nvJPEG as the process exits) and the decoder is closed."""
+    import threading
+    import time
+
+    from gpuprov.images import decode, worker
+    from gpuprov.images.startup import Startup
+
+    warmed: list[int] = []
+    closed: list[bool] = []
+
+    def slow_warm(self: decode.Decoder, count: int) -> None:
+        time.sleep(0.5)
+        warmed.append(count)
+
+    class Failing:
+        def process(self, items: object) -> None:
+            raise RuntimeError("the model failed on its warm-up batch")
+
+    monkeypatch.setattr(decode.Decoder, "warm", slow_warm)
+    monkeypatch.setattr(decode.Decoder, "close", lambda self: closed.append(True))
+    monkeypatch.setattr(worker, "self_check", lambda slot: "cuda")
+    monkeypatch.setattr(worker, "make_task", lambda *args, **kwargs: Failing())
+    monkeypatch.setattr(worker, "synthetic_items", lambda n, device, *size: list(range(n)))
+    config = WorkerConfig("sqlite:///q", str(tmp_path), task="stats", batch=8, slot=Slot("gpu0"))
+    with pytest.raises(RuntimeError, match="warm-up batch"):
+        worker.prepare(config, Startup())
+    assert warmed == [8] and closed == [True]
+    assert not [t for t in threading.enumerate() if t.name == "decode-warm"]
