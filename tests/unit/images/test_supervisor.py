@@ -50,6 +50,18 @@ def _stand_in_worker(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
     monkeypatch.setattr(subprocess, "Popen", stand_in)
 
 
+def _progress_worker(count: int, pad: int = 0) -> str:
+    """Source of a stand-in worker that sends ``count`` progress events (each padded by ``pad`` bytes) and its exit."""
+    return (
+        "import json, sys\n"
+        "sys.stdin.readline()\n"
+        f"for n in range({count}):\n"
+        f"    event = {{'event': 'progress', 'done': n + 1, 'failed': 0, 'batch': 8, 'pad': 'x' * {pad}}}\n"
+        "    print(json.dumps(event), flush=True)\n"
+        f"print(json.dumps({{'event': 'exit', 'done': {count}, 'failed': 0}}), flush=True)\n"
+    )
+
+
 def test_a_worker_dying_on_every_start_ends_the_run_after_the_restart_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,15 +206,7 @@ def test_a_failing_event_handler_leaves_the_worker_read_to_its_end(
     """The run's handler of a worker's events (progress line, metrics) raising: the thread reading that worker logs
     it once and keeps reading. Before, the thread ended, the worker's stdout filled (64 KiB) and the worker stopped
     for good in its next write, so the run never ended."""
-    worker = (
-        "import json, sys\n"
-        "sys.stdin.readline()\n"
-        "for n in range(2000):\n"  # about 200 KiB of progress events, past a pipe's 64 KiB
-        "    event = {'event': 'progress', 'done': n, 'failed': 0, 'batch': 8, 'pad': 'x' * 30}\n"
-        "    print(json.dumps(event), flush=True)\n"
-        "print(json.dumps({'event': 'exit', 'done': 2000, 'failed': 0}), flush=True)\n"
-    )
-    _stand_in_worker(monkeypatch, worker)
+    _stand_in_worker(monkeypatch, _progress_worker(2000, pad=30))  # about 200 KiB, past a pipe's 64 KiB
     calls: list[str] = []
 
     def on_event(st: SlotState, event: dict[str, object]) -> None:
@@ -228,13 +232,7 @@ def test_each_handler_fails_apart_and_each_kind_of_failure_is_logged(
 ) -> None:
     """The event handler failing on a worker's last event still lets the run learn that every worker exited (it
     writes its manifest then), and a second, different failure is logged too, not hidden behind the first."""
-    worker = (
-        "import json, sys\n"
-        "sys.stdin.readline()\n"
-        "print(json.dumps({'event': 'progress', 'done': 1, 'failed': 0, 'batch': 8}), flush=True)\n"
-        "print(json.dumps({'event': 'exit', 'done': 1, 'failed': 0}), flush=True)\n"
-    )
-    _stand_in_worker(monkeypatch, worker)
+    _stand_in_worker(monkeypatch, _progress_worker(1))
     told: list[int] = []
 
     def on_event(st: SlotState, event: dict[str, object]) -> None:
