@@ -1,0 +1,114 @@
+"""The container_toolkit role's preflight (tasks_from: preflight) over a local connection: one host_state read
+decides the cgroup mode and where libnvidia-ml.so.1 is, on fixture trees (a cgroup root, a driver root), so the
+cases a lab container cannot show run here: a hybrid and a legacy hierarchy, a driver root other than ``/`` that
+holds the library, and ``container_toolkit_check_driver: false`` on a host without any driver.
+
+Each case is an inventory host of its own (all of them this machine), so one playbook run serves them all. The
+role's read of the host's own library directories and of ``ldconfig -p`` runs against this machine: where it has
+an NVIDIA driver the refusal names its directories, else it says the host has none.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuprov.runner import RunRequest, RunResult, run_playbook
+
+pytestmark = pytest.mark.skipif(not Path("/usr/bin/dpkg-query").exists(), reason="host_state reads dpkg (Debian)")
+
+CASES = {
+    # host: (cgroup file made under the cgroup root, whether the driver root holds the library, check_driver)
+    "unified": ("cgroup.controllers", True, True),
+    "hybrid": ("unified/cgroup.controllers", True, True),
+    "refused": ("cgroup.controllers", False, True),
+    "unchecked": (None, False, False),
+}
+
+
+@pytest.fixture(scope="module")
+def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path]:
+    """One run of the preflight over every case; returns the result and the folder of the cases' trees and of
+    the decisions each host wrote (``<host>.json``)."""
+    tmp = tmp_path_factory.mktemp("ctk-preflight")
+    hosts: dict[str, dict[str, Any]] = {}
+    for name, (cgroup_file, has_library, check_driver) in CASES.items():
+        cgroup = tmp / name / "cgroup"
+        cgroup.mkdir(parents=True)
+        if cgroup_file:
+            (cgroup / cgroup_file).parent.mkdir(parents=True, exist_ok=True)
+            (cgroup / cgroup_file).write_text("cpu memory\n", encoding="utf-8")
+        root = tmp / name / "driver"
+        (root / "usr" / "lib64").mkdir(parents=True)
+        if has_library:  # a link, as the driver installs it
+            (root / "usr" / "lib64" / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.580.95.05")
+        hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
+                       "container_toolkit_cgroup_root": str(cgroup), "container_toolkit_driver_root": str(root),
+                       # as the fleet file's variables arrive: strings
+                       "container_toolkit_check_driver": str(check_driver).lower()}
+    inventory = tmp / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"gpuprov": {"hosts": hosts}}), encoding="utf-8")
+    play = [{
+        "name": "container_toolkit preflight",
+        "hosts": "gpuprov",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Run the preflight", "ansible.builtin.include_role": {
+                "name": "gpuprov.gpu.container_toolkit", "tasks_from": "preflight"}},
+            {"name": "Write what it decided", "ansible.builtin.copy": {
+                "dest": f"{tmp}/{{{{ inventory_hostname }}}}.json", "mode": "0644",
+                "content": "{{ {'cgroup_mode': container_toolkit_cgroup_mode, "
+                           "'installed': __container_toolkit_installed_lib, "
+                           "'under_root': __container_toolkit_nvml_under_root | default(None)} | to_json }}"}},
+        ],
+    }]
+    playbook = tmp / "preflight.yml"
+    playbook.write_text(yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
+    run_dir = tmp / "run"
+    run_dir.mkdir()
+    return run_playbook(RunRequest(inventory=inventory, playbook=playbook, run_dir=run_dir)), tmp
+
+
+def _decided(tmp: Path, host: str) -> dict[str, Any]:
+    return dict(json.loads((tmp / f"{host}.json").read_text(encoding="utf-8")))
+
+
+def _failure(result: RunResult, host: str) -> str:
+    return " ".join(str(f.get("msg", f)) for f in result.hosts[host].failures)
+
+
+def test_only_the_driver_root_without_the_library_fails(preflight: tuple[RunResult, Path]) -> None:
+    result, _ = preflight
+    assert result.failed_hosts == ["refused"], {h: _failure(result, h) for h in CASES}
+    # the preflight changes nothing: the one change per host is the test's own file
+    assert {h: result.hosts[h].changed for h in CASES if h != "refused"} == dict.fromkeys(
+        ("unified", "hybrid", "unchecked"), 1)
+
+
+@pytest.mark.parametrize(("host", "mode"), [("unified", "unified"), ("hybrid", "hybrid")])
+def test_the_cgroup_mode_and_the_library_under_the_driver_root(preflight: tuple[RunResult, Path], host: str,
+                                                               mode: str) -> None:
+    _, tmp = preflight
+    decided = _decided(tmp, host)
+    assert decided["cgroup_mode"] == mode
+    assert decided["under_root"] == [f"{tmp}/{host}/driver/usr/lib64/libnvidia-ml.so.1"]
+
+
+def test_the_refusal_names_where_it_looked(preflight: tuple[RunResult, Path]) -> None:
+    result, tmp = preflight
+    root = tmp / "refused" / "driver"
+    message = _failure(result, "refused")
+    assert f"config root {root} has no libnvidia-ml.so.1" in message
+    assert f"{root}/usr/lib/x86_64-linux-gnu" in message and f"{root}/lib64" in message
+    assert "host driver libraries are in" in message or "The host has no NVIDIA driver library either" in message
+
+
+def test_check_driver_false_reads_no_driver_library(preflight: tuple[RunResult, Path]) -> None:
+    _, tmp = preflight
+    decided = _decided(tmp, "unchecked")  # no cgroup.controllers anywhere: cgroup v1
+    assert decided["cgroup_mode"] == "legacy" and decided["under_root"] is None
