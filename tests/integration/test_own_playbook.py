@@ -5,6 +5,8 @@ playbook names the roles by full name (``roles: [gpuprov.gpu.nouveau, gpuprov.gp
 only role variables (no fleet file, no ``gpuprov_*`` variable). ansible-playbook runs it through
 ansible-runner's API with that path first and no sys.path scan (``ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=False``),
 so neither the checkout nor an installed wheel can stand in for the tarball; every task event's path says so.
+Ansible's other settings stay its defaults, pipelining off among them (gpuprov's own runs and the Molecule
+scenarios pipeline): the roles also work where each module is copied to the host before it runs.
 A DKMS lab container serves the stand-in CUDA repository on its loopback: the first run converges (the
 driver set installed, pinned and held, the module built), the second changes nothing.
 """
