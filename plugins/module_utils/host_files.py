@@ -12,10 +12,11 @@ import stat
 def path_state(path):
     """``{exists, islnk, isdir, isreg, lnk_source, mode, uid, gid}`` of ``path`` from lstat (links not followed);
     ``mode`` is the permission bits as four octal digits (``"0644"``), None with ``uid`` and ``gid`` when the
-    path does not exist."""
+    path does not exist (ENOENT, or ENOTDIR: a parent is not a directory). Raises OSError for any other error
+    (EACCES, ELOOP), which says nothing of whether the path exists."""
     try:
         st = os.lstat(path)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return {"exists": False, "islnk": False, "isdir": False, "isreg": False, "lnk_source": None,
                 "mode": None, "uid": None, "gid": None}  # fmt: skip
     islnk = stat.S_ISLNK(st.st_mode)

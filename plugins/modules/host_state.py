@@ -24,16 +24,20 @@ options:
     type: list
     elements: str
   paths:
-    description: Paths to C(lstat) (links are not followed), for RV(paths).
+    description:
+      - Absolute paths to C(lstat) (links are not followed), for RV(paths), keyed as given. A path that does not
+        exist, or one of whose parents is not a directory, is C(exists=false); any other error (permission, a loop
+        of links) fails the module naming it, as does a relative path (C(~) included).
     type: list
-    elements: path
+    elements: str
     default: []
   read:
     description:
-      - Text files to read whole, for RV(files); meant for small files (version headers, JSON, configuration).
-        A file that does not exist or cannot be read is null, never an error.
+      - Absolute paths of text files to read whole, for RV(files), keyed as given; meant for small files
+        (version headers, JSON, configuration). A file that does not exist or cannot be read is null, never an
+        error; a relative path fails the module.
     type: list
-    elements: path
+    elements: str
     default: []
   commands:
     description:
@@ -113,13 +117,25 @@ def package_state(module, names):
     # exit 1 only means some name matched nothing; 2 and above is an error
     if rc not in (0, 1):
         module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}", rc=rc)
-    packages = parse_dpkg_query(out)
+    # a package of a foreign architecture is keyed name:arch, so a bare name is always the native one's state
+    rc, arch, err = module.run_command([module.get_bin_path("dpkg", required=True), "--print-architecture"])
+    if rc != 0:
+        module.fail_json(msg=f"dpkg --print-architecture failed (rc {rc}): {err.strip()}", rc=rc)
+    packages = parse_dpkg_query(out, native_arch=arch.strip())
     versions = {k: v["version"] for k, v in packages.items() if v["status"] == "installed"}
     auto = []
     if versions:
         text = read_text(EXTENDED_STATES)
         auto = [n for n in parse_extended_states(text or "") if n in versions]
     return versions, {k: v["selection"] for k, v in packages.items()}, auto
+
+
+def lstat_or_fail(module, path):
+    """:func:`path_state` of ``path``; fails the module on an error other than its absence."""
+    try:
+        return path_state(path)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot lstat {path}: {exc.strerror} (errno {exc.errno})")
 
 
 def run_commands(module, commands):
@@ -147,13 +163,17 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "packages": {"type": "list", "elements": "str"},
-            "paths": {"type": "list", "elements": "path", "default": []},
-            "read": {"type": "list", "elements": "path", "default": []},
+            "paths": {"type": "list", "elements": "str", "default": []},
+            "read": {"type": "list", "elements": "str", "default": []},
             "commands": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     params = module.params
+    # keyed as given, so a role finds each answer under the string it asked with: nothing to expand or resolve
+    relative = [p for p in params["paths"] + params["read"] if not os.path.isabs(p)]
+    if relative:
+        module.fail_json(msg=f"paths and read take absolute paths; not absolute: {', '.join(relative)}")
     versions, selections, auto = ({}, {}, [])
     if params["packages"] is not None:
         versions, selections, auto = package_state(module, params["packages"])
@@ -162,7 +182,7 @@ def main():
         versions=versions,
         selections=selections,
         auto_installed=auto,
-        paths={p: path_state(p) for p in params["paths"]},
+        paths={p: lstat_or_fail(module, p) for p in params["paths"]},
         files={p: read_text(p) for p in params["read"]},
         commands=run_commands(module, params["commands"]),
     )

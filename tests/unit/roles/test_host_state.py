@@ -76,3 +76,38 @@ def test_packages_of_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(result["versions"]) == {"dpkg"} and result["versions"]["dpkg"]
     assert result["selections"]["dpkg"] in ("install", "hold")
     assert set(result["auto_installed"]) <= {"dpkg"}
+
+
+def test_only_a_paths_absence_reads_as_absent_and_paths_are_absolute(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    under_a_file = str(tmp_path / "file" / "cgroup.controllers")  # ENOTDIR: a parent is not a directory
+    code, result = run({"paths": [f"{tmp_path}//file", under_a_file]}, capsys)
+    assert code == 0
+    assert result["paths"][f"{tmp_path}//file"]["isreg"] is True  # keyed as given, not normalised
+    assert result["paths"][under_a_file]["exists"] is False
+    code, result = run({"paths": ["~/cgroup"], "read": ["etc/os-release"]}, capsys)
+    assert code == 1 and result["msg"] == "paths and read take absolute paths; not absolute: ~/cgroup, etc/os-release"
+    looped = str(tmp_path / "loop-a" / "libnvidia-ml.so.1")  # ELOOP says nothing of whether it exists
+    code, result = run({"paths": [looped]}, capsys)
+    assert code == 1 and result["msg"].startswith(f"cannot lstat {looped}: Too many levels of symbolic links")
+
+
+def test_a_bare_package_name_is_the_native_architectures(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # dpkg-query sorts by architecture: a foreign package's line comes after the native one's
+    listing = ("libnvidia-container1\tamd64\t1.17.8-1\tinstall ok installed\n"
+               "libnvidia-container1\ti386\t1.7.0-1\tinstall ok installed\n"
+               "libnvidia-container-tools\tarm64\t1.17.8-1\tdeinstall ok config-files\n")
+
+    def run_command(self: Any, argv: list[str], **_: Any) -> tuple[int, str, str]:
+        return (0, "amd64\n", "") if "--print-architecture" in argv else (0, listing, "")
+
+    monkeypatch.setattr(host_state.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(host_state.AnsibleModule, "get_bin_path", lambda self, name, **_: f"/usr/bin/{name}")
+    code, result = run({"packages": ["libnvidia-container*"]}, capsys)
+    assert code == 0
+    assert result["versions"] == {"libnvidia-container1": "1.17.8-1", "libnvidia-container1:i386": "1.7.0-1"}
+    assert result["selections"]["libnvidia-container-tools:arm64"] == "deinstall"
