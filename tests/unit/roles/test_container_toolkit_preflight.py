@@ -27,7 +27,10 @@ CASES = {
     "hybrid": ("unified/cgroup.controllers", True, True),
     "refused": ("cgroup.controllers", False, True),
     "unchecked": (None, False, False),
+    "dirs_as_text": ("cgroup.controllers", True, True),  # the directories as one comma-separated string
+    "no_linker_cache": ("cgroup.controllers", True, True),  # `ldconfig -p` fails
 }
+FAILING = ("refused", "no_linker_cache")
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,13 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
                        "container_toolkit_cgroup_root": str(cgroup), "container_toolkit_driver_root": str(root),
                        # as the fleet file's variables arrive: strings
                        "container_toolkit_check_driver": str(check_driver).lower()}
+    hosts["dirs_as_text"]["container_toolkit_driver_lib_dirs"] = "usr/lib/x86_64-linux-gnu, usr/lib64"
+    fake = tmp / "no_linker_cache" / "bin"
+    fake.mkdir()
+    (fake / "ldconfig").write_text("#!/bin/sh\necho 'ldconfig: Can not open cache file /etc/ld.so.cache' >&2\n"
+                                   "exit 1\n", encoding="utf-8")
+    (fake / "ldconfig").chmod(0o755)
+    hosts["no_linker_cache"]["preflight_env"] = {"PATH": f"{fake}:/usr/sbin:/usr/bin:/sbin:/bin"}
     inventory = tmp / "inventory"
     inventory.mkdir()
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"gpuprov": {"hosts": hosts}}), encoding="utf-8")
@@ -57,6 +67,7 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
         "name": "container_toolkit preflight",
         "hosts": "gpuprov",
         "gather_facts": False,
+        "environment": "{{ preflight_env | default({}) }}",
         "tasks": [
             {"name": "Run the preflight", "ansible.builtin.include_role": {
                 "name": "gpuprov.gpu.container_toolkit", "tasks_from": "preflight"}},
@@ -82,15 +93,16 @@ def _failure(result: RunResult, host: str) -> str:
     return " ".join(str(f.get("msg", f)) for f in result.hosts[host].failures)
 
 
-def test_only_the_driver_root_without_the_library_fails(preflight: tuple[RunResult, Path]) -> None:
+def test_only_a_root_without_the_library_and_an_unreadable_cache_fail(preflight: tuple[RunResult, Path]) -> None:
     result, _ = preflight
-    assert result.failed_hosts == ["refused"], {h: _failure(result, h) for h in CASES}
+    assert sorted(result.failed_hosts) == sorted(FAILING), {h: _failure(result, h) for h in CASES}
     # the preflight changes nothing: the one change per host is the test's own file
-    assert {h: result.hosts[h].changed for h in CASES if h != "refused"} == dict.fromkeys(
-        ("unified", "hybrid", "unchecked"), 1)
+    assert {h: result.hosts[h].changed for h in CASES if h not in FAILING} == dict.fromkeys(
+        [h for h in CASES if h not in FAILING], 1)
 
 
-@pytest.mark.parametrize(("host", "mode"), [("unified", "unified"), ("hybrid", "hybrid")])
+@pytest.mark.parametrize(("host", "mode"), [("unified", "unified"), ("hybrid", "hybrid"),
+                                            ("dirs_as_text", "unified")])
 def test_the_cgroup_mode_and_the_library_under_the_driver_root(preflight: tuple[RunResult, Path], host: str,
                                                                mode: str) -> None:
     _, tmp = preflight
@@ -112,3 +124,9 @@ def test_check_driver_false_reads_no_driver_library(preflight: tuple[RunResult, 
     _, tmp = preflight
     decided = _decided(tmp, "unchecked")  # no cgroup.controllers anywhere: cgroup v1
     assert decided["cgroup_mode"] == "legacy" and decided["under_root"] is None
+
+
+def test_a_failing_linker_cache_read_names_the_command_and_its_error(preflight: tuple[RunResult, Path]) -> None:
+    result, _ = preflight
+    message = _failure(result, "no_linker_cache")
+    assert "`ldconfig -p` failed (rc 1): ldconfig: Can not open cache file /etc/ld.so.cache" in message, message
