@@ -39,6 +39,9 @@ def serve(path: Path, keep_warm_s: float, preload: Callable[[], None], child_mai
     listening meanwhile."""
     if serving(path):
         return
+    # `kill PID` from here on: one log line, and the socket removed once there is one (the default action, before
+    # the server's loop began, left a killed server's socket file behind)
+    signal.signal(signal.SIGTERM, _end_on_signal)
     preload()
     with _bound(path) as listener:
         if listener is None:
@@ -87,7 +90,6 @@ class _Server:
 
     def loop(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGTERM, _end_on_signal)  # `kill PID`: one log line, and the socket removed
         signal.set_wakeup_fd(self.wake_w)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")

@@ -292,6 +292,32 @@ def test_a_server_ended_with_sigterm_says_so_and_removes_its_socket(runtime: Pat
     assert not path.exists()
 
 
+def test_sigterm_while_the_server_imports_ends_it_as_a_sigterm_later_does(runtime: Path) -> None:
+    """`kill PID` is answered the same from the server's first instruction: during its imports (seconds of torch)
+    it logs the signal and exits 143, not killed by the default action."""
+    marker = runtime / "importing"
+    script = (
+        "import logging, sys, time; from pathlib import Path\n"
+        "from gpuprov.images.forkserver_serve import serve\n"
+        "logging.basicConfig(level=logging.INFO, format='forkserver: %(message)s')\n"
+        "def preload():\n"
+        "    Path(sys.argv[2]).touch(); time.sleep(60)\n"
+        "serve(Path(sys.argv[1]), 60, preload, lambda: None)\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", script, str(runtime / "stub.sock"), str(marker)], cwd=ROOT,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert _wait_for(marker.exists, 30)
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    finally:
+        server.kill()
+        server.wait()
+    assert server.returncode == 128 + signal.SIGTERM, err
+    assert "forkserver: SIGTERM: ending" in err and "Traceback" not in err
+    assert not (runtime / "stub.sock").exists()
+
+
 def test_a_second_server_gives_way_before_it_imports(stub_server: tuple[Path, subprocess.Popen[bytes]]) -> None:
     """Two runs that end together each start a server: the second must not import torch only to end."""
     from gpuprov.images.forkserver_serve import serve
