@@ -121,12 +121,13 @@ def package_state(module, names):
     rc, arch, err = module.run_command([module.get_bin_path("dpkg", required=True), "--print-architecture"])
     if rc != 0:
         module.fail_json(msg=f"dpkg --print-architecture failed (rc {rc}): {err.strip()}", rc=rc)
-    packages = parse_dpkg_query(out, native_arch=arch.strip())
+    native = arch.strip()
+    packages = parse_dpkg_query(out, native_arch=native)
     versions = {k: v["version"] for k, v in packages.items() if v["status"] == "installed"}
     auto = []
     if versions:
         text = read_text(EXTENDED_STATES)
-        auto = [n for n in parse_extended_states(text or "") if n in versions]
+        auto = [n for n in parse_extended_states(text or "", native_arch=native) if n in versions]
     return versions, {k: v["selection"] for k, v in packages.items()}, auto
 
 

@@ -107,7 +107,12 @@ def test_a_bare_package_name_is_the_native_architectures(capsys: pytest.CaptureF
 
     monkeypatch.setattr(host_state.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(host_state.AnsibleModule, "get_bin_path", lambda self, name, **_: f"/usr/bin/{name}")
+    # apt marks the foreign build automatically installed, the native one not
+    monkeypatch.setattr(host_state, "read_text", lambda path: (
+        "Package: libnvidia-container1\nArchitecture: i386\nAuto-Installed: 1\n\n"
+        "Package: libnvidia-container1\nArchitecture: amd64\nAuto-Installed: 0\n"))
     code, result = run({"packages": ["libnvidia-container*"]}, capsys)
     assert code == 0
     assert result["versions"] == {"libnvidia-container1": "1.17.8-1", "libnvidia-container1:i386": "1.7.0-1"}
     assert result["selections"]["libnvidia-container-tools:arm64"] == "deinstall"
+    assert result["auto_installed"] == ["libnvidia-container1:i386"]
