@@ -64,6 +64,24 @@ def parse_dpkg_query(text, native_arch=""):
     return packages
 
 
+def read_dpkg(module, names, reader):
+    """``(packages, native_arch)`` of this host: :func:`parse_dpkg_query` of ``dpkg-query`` for ``names`` ([]:
+    every package), foreign architectures keyed ``name:arch`` by ``dpkg --print-architecture`` ("" and bare
+    names where dpkg cannot tell it). ``module`` is the calling AnsibleModule (its ``get_bin_path``,
+    ``run_command`` and ``fail_json``), ``reader`` the module's name for the message when dpkg is missing.
+    Fails the module when dpkg-query exits 2 or above (1 only means a name matched nothing)."""
+    dpkg_query = module.get_bin_path("dpkg-query")
+    dpkg = module.get_bin_path("dpkg")
+    if not dpkg_query or not dpkg:
+        module.fail_json(msg=f"dpkg-query not found: {reader} reads Debian-family hosts only")
+    rc, arch, _ = module.run_command([dpkg, "--print-architecture"])
+    native = arch.strip() if rc == 0 else ""
+    rc, out, err = module.run_command(dpkg_query_argv(dpkg_query, names))
+    if rc not in (0, 1):
+        module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}", rc=rc)
+    return parse_dpkg_query(out, native), native
+
+
 def is_pattern(name):
     """Whether a dpkg-query argument is a pattern (``linux-image-*``) rather than one package name."""
     return any(c in name for c in GLOB_CHARS)

@@ -117,12 +117,7 @@ from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import (
     parse_extended_states,
     python_apt_interpreter,
 )
-from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import (
-    as_package_facts,
-    dpkg_query_argv,
-    missing_names,
-    parse_dpkg_query,
-)
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import as_package_facts, missing_names, read_dpkg
 
 
 def main():
@@ -134,17 +129,8 @@ def main():
         supports_check_mode=True,
     )
     names = module.params["names"]
-    dpkg_query = module.get_bin_path("dpkg-query")
-    dpkg = module.get_bin_path("dpkg")
-    if not dpkg_query or not dpkg:
-        module.fail_json(msg="dpkg-query not found: deb_packages reads Debian-family hosts only")
-    rc, arch, err = module.run_command([dpkg, "--print-architecture"])
-    native = arch.strip() if rc == 0 else ""
-    # exit 1 only means some name matched nothing (those land in `missing`); 2 and above is an error
-    rc, out, err = module.run_command(dpkg_query_argv(dpkg_query, names))
-    if rc not in (0, 1):
-        module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}", rc=rc)
-    packages = parse_dpkg_query(out, native)
+    # a name that matched nothing lands in `missing`
+    packages, native = read_dpkg(module, names, "deb_packages")
     interpreter = python_apt_interpreter()
     versions = {k: v["version"] for k, v in packages.items() if v["status"] == "installed"}
     try:

@@ -104,25 +104,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import EXTENDED_STATES, parse_extended_states
-from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import dpkg_query_argv, parse_dpkg_query
+from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import read_dpkg
 from ansible_collections.gpuprov.gpu.plugins.module_utils.host_files import path_state, read_text
 
 
 def package_state(module, names):
     """``(versions, selections, auto_installed)`` of ``names`` (dpkg-query names or patterns; [] for all)."""
-    dpkg_query = module.get_bin_path("dpkg-query")
-    if not dpkg_query:
-        module.fail_json(msg="dpkg-query not found: host_state reads packages on Debian-family hosts only")
-    rc, out, err = module.run_command(dpkg_query_argv(dpkg_query, names))
-    # exit 1 only means some name matched nothing; 2 and above is an error
-    if rc not in (0, 1):
-        module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}", rc=rc)
     # a package of a foreign architecture is keyed name:arch, so a bare name is always the native one's state
-    rc, arch, err = module.run_command([module.get_bin_path("dpkg", required=True), "--print-architecture"])
-    if rc != 0:
-        module.fail_json(msg=f"dpkg --print-architecture failed (rc {rc}): {err.strip()}", rc=rc)
-    native = arch.strip()
-    packages = parse_dpkg_query(out, native_arch=native)
+    packages, native = read_dpkg(module, names, "host_state")
     versions = {k: v["version"] for k, v in packages.items() if v["status"] == "installed"}
     auto = []
     if versions:
