@@ -74,7 +74,6 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
             {"name": "Write what it decided", "ansible.builtin.copy": {
                 "dest": f"{tmp}/{{{{ inventory_hostname }}}}.json", "mode": "0644",
                 "content": "{{ {'cgroup_mode': container_toolkit_cgroup_mode, "
-                           "'installed': __container_toolkit_installed_lib, "
                            "'under_root': __container_toolkit_nvml_under_root | default(None)} | to_json }}"}},
         ],
     }]
