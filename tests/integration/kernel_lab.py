@@ -145,6 +145,13 @@ def dkms_container(image: str, label: str) -> Iterator[tuple[Any, str]]:
         container.remove(force=True)
 
 
+#: Inventory variables of a test container. gpuprov runs Ansible under mitogen's strategy
+#: (gpuprov.ansible_settings), which carries the short connection name ``docker`` over its own transport: one
+#: Python interpreter in the container for the whole run instead of a ``docker exec`` and a module copy per task.
+#: The fully qualified ``community.docker.docker`` is not redirected and ran every task Ansible's way, which took
+#: about twice the time and CPU of a converged nvidia_driver run (docs/ci.md).
+CONTAINER_HOST: dict[str, str] = {"ansible_connection": "docker", "ansible_python_interpreter": "/usr/bin/python3"}
+
 #: Port the stand-in repository is served on inside a test container (its own loopback).
 REPO_PORT = 8472
 
@@ -173,16 +180,22 @@ def install_repository(container: Any, specs: list[PackageSpec], build_dir: Path
             "nvidia_driver_cuda_repo_key_fingerprint": key_fingerprint(repo.key)}
 
 
+def container_inventory(run_dir: Path, container: Any, **host_vars: Any) -> Path:
+    """Write ``run_dir/inventory/hosts.yml``: ``container`` alone in the ``gpuprov`` group, with
+    :data:`CONTAINER_HOST` and ``host_vars``; return its path."""
+    inventory = run_dir / "inventory" / "hosts.yml"
+    inventory.parent.mkdir(parents=True)
+    hosts = {container.name: {**CONTAINER_HOST, **host_vars}}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": hosts}}}}), encoding="utf-8")
+    return inventory
+
+
 def run(container: Any, playbook: str, state: Path, extravars: dict[str, Any] | None = None,
         check: bool = False) -> RunResult:
     """Run ``playbooks/<playbook>`` on the container through gpuprov.runner (ansible-runner's API); fleet variables
     (``gpuprov_*``) in ``extravars`` reach the roles as gpuprov maps them (gpuprov.rolevars)."""
     run_dir = new_run_dir(state, Path(playbook).stem)
-    inventory = run_dir / "inventory" / "hosts.yml"
-    inventory.parent.mkdir(parents=True)
-    host = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host}}}}}),
-                         encoding="utf-8")
+    inventory = container_inventory(run_dir, container)
     request = RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / playbook,
                          run_dir=run_dir, check=check,
                          extravars=with_role_variables({k: str(v) for k, v in (extravars or {}).items()}))

@@ -45,7 +45,7 @@ from gpuprov.lab.standin.deb import spec_of
 from gpuprov.lab.standin.toolkit import cuda_toolkit
 from gpuprov.rolevars import with_role_variables
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
-from tests.integration.kernel_lab import exec_ok, task_results
+from tests.integration.kernel_lab import container_inventory, exec_ok, task_results
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -92,11 +92,7 @@ def bare_host(lab_images: dict[str, str]) -> Iterator[tuple[Any, str]]:
 
 def _run(container: Any, tmp: Path, playbooks: list[str], extravars: dict[str, str], check: bool) -> RunResult:
     run_dir = new_run_dir(tmp / "state", "adopt")
-    inventory = run_dir / "inventory" / "hosts.yml"
-    inventory.parent.mkdir(parents=True)
-    host = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host}}}}}),
-                         encoding="utf-8")
+    inventory = container_inventory(run_dir, container)
     playbook = run_dir / "adopt.yml"
     playbook.write_text(yaml.safe_dump([{"name": f"Import {p}", "ansible.builtin.import_playbook": str(
         ROOT / "playbooks" / p)} for p in playbooks]), encoding="utf-8")

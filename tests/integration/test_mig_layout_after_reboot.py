@@ -4,7 +4,7 @@ re-creates the layout.
 A systemd container from the debian12 lab image carries the mock NVML with the a100x8-nvswitch profile
 (8x A100-SXM4-80GB, MIG off) and a stand-in ``nvidia-persistenced.service`` that holds ``/dev/nvidia0`` open,
 as the real daemon holds the GPU. playbooks/mig.yml runs through gpuprov.runner (ansible-runner over the
-community.docker.docker connection); outcomes are read from runner stats and events, and the GPUs are read back
+docker connection); outcomes are read from runner stats and events, and the GPUs are read back
 through NVML (pynvml) inside the container.
 
 The reboot is a container restart: the mock keeps MIG mode and instances in a state file tagged with the boot
@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuprov.runner import RunRequest, RunResult, new_run_dir, run_playbook
-from tests.integration.kernel_lab import exec_ok, task_results, wait_booted
+from tests.integration.kernel_lab import container_inventory, exec_ok, task_results, wait_booted
 from tests.integration.mig_host import PROBE_DIR, mig_host_files
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -106,12 +105,7 @@ def host(lab_images: dict[str, str]) -> Iterator[Any]:
 
 def _run(container: Any, tmp: Path, *, check: bool = False) -> RunResult:
     run_dir = new_run_dir(tmp / "state", "mig")
-    inventory = run_dir / "inventory" / "hosts.yml"
-    inventory.parent.mkdir(parents=True)
-    host_vars = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
-                 "mig_layout": "all-1g.10gb", "mig_layouts": LAYOUTS}
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpuprov": {"hosts": {container.name: host_vars}}}}}),
-                         encoding="utf-8")
+    inventory = container_inventory(run_dir, container, mig_layout="all-1g.10gb", mig_layouts=LAYOUTS)
     return run_playbook(RunRequest(inventory=inventory, playbook=ROOT / "playbooks" / "mig.yml",
                                    run_dir=run_dir, check=check))
 
