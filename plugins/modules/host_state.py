@@ -82,20 +82,21 @@ auto_installed:
 paths:
   description: >-
     Path -> C(exists), C(islnk), C(isdir), C(isreg), C(lnk_source) (the link's target resolved to an absolute
-    path, as M(ansible.builtin.stat) reports it; null when not a link), C(mode) (permission bits, four octal
-    digits), C(uid) and C(gid) (null when the path does not exist).
+    path, as M(ansible.builtin.stat) reports it; null when not a link), C(target_isreg) (the path, links
+    followed, is a regular file: false for a dangling link or a link to a directory), C(mode) (permission bits,
+    four octal digits), C(uid) and C(gid) (null when the path does not exist).
   type: dict
   returned: always
   sample: {"/usr/local/cuda": {"exists": true, "islnk": true, "isdir": false, "isreg": false,
-           "lnk_source": "/usr/local/cuda-12.8", "mode": "0777", "uid": 0, "gid": 0}}
+           "lnk_source": "/usr/local/cuda-12.8", "target_isreg": false, "mode": "0777", "uid": 0, "gid": 0}}
 files:
   description: Path -> text content (UTF-8, undecodable bytes replaced), or null when it cannot be read.
   type: dict
   returned: always
 commands:
   description: >-
-    Name -> C(rc), C(stdout) and C(stderr) of each command in O(commands); rc 127 with the reason in stderr when
-    the program is not installed.
+    Name -> C(rc), C(stdout) and C(stderr) of each command in O(commands) (bytes that are not UTF-8 replaced);
+    rc 127 with the reason in stderr when the program is not installed.
   type: dict
   returned: always
 """
@@ -144,7 +145,8 @@ def run_commands(module, commands):
                 "stderr": f"{argv[0]} is not installed (not an executable on PATH)",
             }
             continue
-        rc, out, err = module.run_command([program, *argv[1:]])
+        # a byte that is not UTF-8 (a path in another encoding) must not fail the whole read
+        rc, out, err = module.run_command([program, *argv[1:]], errors="replace")
         results[name] = {"rc": rc, "stdout": out, "stderr": err}
     return results
 

@@ -22,15 +22,20 @@ from gpuprov.runner import RunRequest, RunResult, run_playbook
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/dpkg-query").exists(), reason="host_state reads dpkg (Debian)")
 
 CASES = {
-    # host: (cgroup file made under the cgroup root, whether the driver root holds the library, check_driver)
-    "unified": ("cgroup.controllers", True, True),
-    "hybrid": ("unified/cgroup.controllers", True, True),
-    "refused": ("cgroup.controllers", False, True),
-    "unchecked": (None, False, False),
-    "dirs_as_text": ("cgroup.controllers", True, True),  # the directories as one comma-separated string
-    "no_linker_cache": ("cgroup.controllers", True, True),  # `ldconfig -p` fails
+    # host: (cgroup file made under the cgroup root, what the driver root holds as libnvidia-ml.so.1, check_driver)
+    "unified": ("cgroup.controllers", "library", True),
+    "hybrid": ("unified/cgroup.controllers", "library", True),
+    "refused": ("cgroup.controllers", None, True),
+    "unchecked": (None, None, False),
+    "dirs_as_text": ("cgroup.controllers", "library", True),  # the directories as one comma-separated string
+    "no_linker_cache": ("cgroup.controllers", "library", True),  # `ldconfig -p` fails
+    "dangling": ("cgroup.controllers", "dangling", True),  # the link's target is gone (a half-removed driver)
+    "a_directory": ("cgroup.controllers", "directory", True),
+    "no_dirs": ("cgroup.controllers", "library", True),  # container_toolkit_driver_lib_dirs: []
+    # the linker's cache names the host's library in a directory with a space, after a line that is not UTF-8
+    "spaced_cache": ("cgroup.controllers", None, True),
 }
-FAILING = ("refused", "no_linker_cache")
+FAILING = ("refused", "no_linker_cache", "dangling", "a_directory", "no_dirs", "spaced_cache")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
     the decisions each host wrote (``<host>.json``)."""
     tmp = tmp_path_factory.mktemp("ctk-preflight")
     hosts: dict[str, dict[str, Any]] = {}
-    for name, (cgroup_file, has_library, check_driver) in CASES.items():
+    for name, (cgroup_file, library, check_driver) in CASES.items():
         cgroup = tmp / name / "cgroup"
         cgroup.mkdir(parents=True)
         if cgroup_file:
@@ -47,8 +52,14 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
             (cgroup / cgroup_file).write_text("cpu memory\n", encoding="utf-8")
         root = tmp / name / "driver"
         (root / "usr" / "lib64").mkdir(parents=True)
-        if has_library:  # a link, as the driver installs it
-            (root / "usr" / "lib64" / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.580.95.05")
+        lib = root / "usr" / "lib64" / "libnvidia-ml.so.1"
+        if library == "library":  # a link to the versioned file, as the driver installs it
+            (root / "usr" / "lib64" / "libnvidia-ml.so.580.95.05").write_bytes(b"\x7fELF")
+            lib.symlink_to("libnvidia-ml.so.580.95.05")
+        elif library == "dangling":
+            lib.symlink_to("libnvidia-ml.so.580.95.05")
+        elif library == "directory":
+            lib.mkdir()
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
                        "container_toolkit_cgroup_root": str(cgroup), "container_toolkit_driver_root": str(root),
                        # as the fleet file's variables arrive: strings
@@ -60,6 +71,15 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
                                    "exit 1\n", encoding="utf-8")
     (fake / "ldconfig").chmod(0o755)
     hosts["no_linker_cache"]["preflight_env"] = {"PATH": f"{fake}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    hosts["no_dirs"]["container_toolkit_driver_lib_dirs"] = []
+    fake = tmp / "spaced_cache" / "bin"
+    fake.mkdir()
+    (fake / "ldconfig").write_bytes(b"#!/bin/sh\nprintf '2 libs found in cache\\n"
+                                    b"\\tlibx.so (libc6,x86-64) => /opt/caf\\351/libx.so\\n"
+                                    b"\\tlibnvidia-ml.so.1 (libc6,x86-64) => "
+                                    b"/opt/nvidia driver/lib/libnvidia-ml.so.1\\n'\n")
+    (fake / "ldconfig").chmod(0o755)
+    hosts["spaced_cache"]["preflight_env"] = {"PATH": f"{fake}:/usr/sbin:/usr/bin:/sbin:/bin"}
     inventory = tmp / "inventory"
     inventory.mkdir()
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"gpuprov": {"hosts": hosts}}), encoding="utf-8")
@@ -129,3 +149,23 @@ def test_a_failing_linker_cache_read_names_the_command_and_its_error(preflight: 
     result, _ = preflight
     message = _failure(result, "no_linker_cache")
     assert "`ldconfig -p` failed (rc 1): ldconfig: Can not open cache file /etc/ld.so.cache" in message, message
+
+
+@pytest.mark.parametrize("host", ["dangling", "a_directory"])
+def test_a_dangling_link_or_a_directory_is_not_the_library(preflight: tuple[RunResult, Path], host: str) -> None:
+    result, tmp = preflight
+    assert f"config root {tmp / host / 'driver'} has no libnvidia-ml.so.1" in _failure(result, host)
+
+
+def test_no_library_directories_are_refused_by_name(preflight: tuple[RunResult, Path]) -> None:
+    result, _ = preflight
+    message = _failure(result, "no_dirs")
+    assert "container_toolkit_driver_lib_dirs names no directory ([])" in message, message
+
+
+def test_the_linker_caches_paths_are_read_whole(preflight: tuple[RunResult, Path]) -> None:
+    """A directory with a space in the cache is named whole; a line in another encoding does not fail the read."""
+    result, _ = preflight
+    message = _failure(result, "spaced_cache")
+    assert "host driver libraries are in /opt/nvidia driver/lib; set container_toolkit_driver_root: /" in message, \
+        message

@@ -60,7 +60,41 @@ def test_paths_files_and_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert result["paths"][header]["uid"] == os.getuid() and result["paths"][header]["gid"] == os.getgid()
     assert result["paths"][str(tmp_path)]["isdir"] is True
     assert result["paths"][absent] == {"exists": False, "islnk": False, "isdir": False, "isreg": False,
-                                       "lnk_source": None, "mode": None, "uid": None, "gid": None}  # fmt: skip
+                                       "lnk_source": None, "target_isreg": False, "mode": None, "uid": None,
+                                       "gid": None}  # fmt: skip
+
+
+def test_target_isreg_follows_links_to_a_regular_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A library link is usable only when it leads to a file: a dangling link, a link to a directory and a
+    directory of the library's name are not."""
+    (tmp_path / "libnvidia-ml.so.580.95.05").write_text("")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "ok.so.1").symlink_to("libnvidia-ml.so.580.95.05")
+    (tmp_path / "chain.so.1").symlink_to("ok.so.1")
+    (tmp_path / "dangling.so.1").symlink_to("libnvidia-ml.so.570.00.00")
+    (tmp_path / "to_dir.so.1").symlink_to("lib")
+    (tmp_path / "dir.so.1").mkdir()
+    names = ["libnvidia-ml.so.580.95.05", "ok.so.1", "chain.so.1", "dangling.so.1", "to_dir.so.1", "dir.so.1"]
+    code, result = run({"paths": [str(tmp_path / n) for n in names]}, capsys)
+    assert code == 0
+    assert {n: result["paths"][str(tmp_path / n)]["target_isreg"] for n in names} == {
+        "libnvidia-ml.so.580.95.05": True, "ok.so.1": True, "chain.so.1": True,
+        "dangling.so.1": False, "to_dir.so.1": False, "dir.so.1": False}
+    assert result["paths"][str(tmp_path / "dangling.so.1")]["exists"] is True  # lstat's answer is unchanged
+
+
+def test_command_output_that_is_not_utf8_is_read_with_replacements(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """One path in another encoding in `ldconfig -p` must not fail the read of every other line."""
+    script = tmp_path / "ldconfig"
+    script.write_bytes(b"#!/bin/sh\nprintf 'libx.so (libc6,x86-64) => /opt/caf\\351/libx.so\\n"
+                       b"libnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/libnvidia-ml.so.1\\n'\n")
+    script.chmod(0o755)
+    code, result = run({"commands": {"ldconfig": [str(script), "-p"]}}, capsys)
+    assert code == 0, result
+    out = result["commands"]["ldconfig"]["stdout"]
+    assert result["commands"]["ldconfig"]["rc"] == 0
+    assert "/opt/caf\ufffd/libx.so" in out and "=> /usr/lib/libnvidia-ml.so.1" in out
 
 
 def test_a_command_that_is_not_an_argv_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
