@@ -83,8 +83,8 @@ class WorkerState(Protocol):
     spawned: float | None  # the current process's spawn
     startup: dict[str, float]  # its start-up marks
     compile: dict[str, Any] | None  # its compile choice: mode (None: eager), requested, reason
-    first_result: float | None  # the slot's first result event
-    first_done: int  # images it had done then
+    first_result: float | None  # the current process's first result event
+    first_done: int  # images the slot had done then
     first_batch: dict[str, float]  # the stage seconds of its first result event (gpuprov.images.stages.STAGE_KEYS)
     last_result: float | None  # its latest result event
 
@@ -104,7 +104,8 @@ def worker_record(state: WorkerState, started: float) -> dict[str, Any]:
     server started it (``forked``), start-up seconds per phase (:func:`phase_seconds`), relative to ``started`` (the
     run's start) when it was spawned and when its first and last results came in, and ``first_batch_s``: the seconds
     each stage had spent by then (claim, read, decode, task, commit, and the main thread's wait for a decoded batch;
-    the stages run in threads of their own, so the figures overlap rather than add up)."""
+    the stages run in threads of their own, so the figures overlap rather than add up). After a restart the spawn,
+    start-up, compile choice and first result are the last process's; counts and restarts are the slot's."""
     seconds = worker_phases(state)
     return {
         "slot": state.slot.name,

@@ -74,8 +74,8 @@ class SlotState:
     spawned: float | None = None  # monotonic time the current process was started
     startup: dict[str, float] = field(default_factory=dict)  # its start-up marks (gpuprov.images.startup)
     compile: dict[str, Any] | None = None  # its "start" event's compile choice (gpuprov.images.worker.compile_report)
-    first_result: float | None = None  # monotonic time of the slot's first "progress" event (results committed)
-    first_done: int = 0  # images the slot had done then
+    first_result: float | None = None  # monotonic time of the current process's first "progress" event (results)
+    first_done: int = 0  # images the slot had done then (its earlier processes' included)
     first_batch: dict[str, float] = field(default_factory=dict)  # its first "progress" event's stage seconds
     last_result: float | None = None  # monotonic time of its latest "progress" event
     exited: bool = False  # the current process sent its "exit" event: all its results are committed
@@ -102,6 +102,18 @@ class SlotState:
                 self.first_batch = {k: float(v) for k, v in event.items() if k in STAGE_KEYS and _seconds(v)}
         self.failed = max(self.failed, _count(event.get("failed"), 0))
         self.batch = _count(event.get("batch"), self.batch)
+
+    def begin_process(self) -> None:
+        """Start the record of a new process of this slot (its first, or a restart) as it is spawned now: the
+        counts so far move to :attr:`done_before`; the start-up, compile choice and first result are the new
+        process's, not a mix of its predecessor's and its own."""
+        self.done_before += self.done
+        self.done = 0
+        self.exited = False
+        self.restart_at = None
+        self.startup, self.compile = {}, None
+        self.first_result, self.first_done, self.first_batch = None, 0, {}
+        self.spawned = time.monotonic()
 
     def last_error(self, default: str) -> str:
         """The worker's last "error" event once its output is read to the end (it has exited), else ``default``."""
@@ -164,12 +176,7 @@ def supervise(
 
     def start(st: SlotState) -> None:
         cfg = json.dumps(asdict(WorkerConfig(**{**asdict(base), "slot": st.slot})))
-        st.done_before += st.done
-        st.done = 0
-        st.exited = False
-        st.restart_at = None
-        st.startup = {}
-        st.spawned = time.monotonic()
+        st.begin_process()
         child_env = worker_env(st.slot, env)
         forked = spawn(forkserver, child_env) if forkserver is not None else None
         st.forked = forked is not None

@@ -200,6 +200,39 @@ def test_all_exited_is_told_once_every_worker_committed_while_their_processes_st
     assert told == [[True, True]]  # once, with both processes still running
 
 
+def test_a_restarted_workers_record_is_its_last_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that sent results and died, then was restarted: its spawn, start-up marks and first batch in the
+    record are the restart's, not a mix of the two processes; the images both did count."""
+    worker = (
+        "import json, pathlib, sys, time\n"
+        "sys.stdin.readline()\n"
+        f"crashed = pathlib.Path({str(tmp_path / 'crashed')!r})\n"
+        "first = not crashed.exists()\n"
+        "now = time.monotonic()\n"
+        "print(json.dumps({'event': 'start', 'startup': {'process': now, 'queue': now + 0.01}}), flush=True)\n"
+        "print(json.dumps({'event': 'progress', 'done': 8, 'read_s': 1.0 if first else 2.0}), flush=True)\n"
+        "if first:\n"
+        "    crashed.touch()\n"
+        "    sys.exit(1)\n"
+        "print(json.dumps({'event': 'exit', 'done': 8, 'failed': 0}), flush=True)\n"
+    )
+    _stand_in_worker(monkeypatch, worker)
+    starts: list[float] = []
+
+    def on_event(st: SlotState, event: dict[str, object]) -> None:
+        if event["event"] == "start":
+            assert st.spawned is not None
+            starts.append(st.spawned)
+
+    config = WorkerConfig(f"sqlite:///{tmp_path / 'q.db'}", str(tmp_path), task="stats")
+    (state,) = supervisor.supervise(config, [Slot("cpu0")], on_event)
+    assert state.restarts == 1 and state.total_done == 16 and len(starts) == 2
+    assert state.spawned == starts[1]
+    assert state.first_batch == {"read_s": 2.0} and state.first_done == 16
+    assert state.first_result is not None and state.first_result > starts[1]
+    assert state.startup["process"] > starts[1]
+
+
 def test_a_failing_event_handler_leaves_the_worker_read_to_its_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
