@@ -32,7 +32,8 @@ CASES = {
     "dangling": ("cgroup.controllers", "dangling", True),  # the link's target is gone (a half-removed driver)
     "a_directory": ("cgroup.controllers", "directory", True),
     "no_dirs": ("cgroup.controllers", "library", True),  # container_toolkit_driver_lib_dirs: []
-    # the linker's cache names the host's library in a directory with a space, after a line that is not UTF-8
+    # the linker's cache names the host's library in a directory with a space, after a line that is not UTF-8 and
+    # one that names no path
     "spaced_cache": ("cgroup.controllers", None, True),
 }
 FAILING = ("refused", "no_linker_cache", "dangling", "a_directory", "no_dirs", "spaced_cache")
@@ -74,8 +75,9 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
     hosts["no_dirs"]["container_toolkit_driver_lib_dirs"] = []
     fake = tmp / "spaced_cache" / "bin"
     fake.mkdir()
-    (fake / "ldconfig").write_bytes(b"#!/bin/sh\nprintf '2 libs found in cache\\n"
+    (fake / "ldconfig").write_bytes(b"#!/bin/sh\nprintf '3 libs found in cache\\n"
                                     b"\\tlibx.so (libc6,x86-64) => /opt/caf\\351/libx.so\\n"
+                                    b"\\tlibnvidia-ml.so.1 (libc6) =>   \\n"  # no path: not a directory
                                     b"\\tlibnvidia-ml.so.1 (libc6,x86-64) => "
                                     b"/opt/nvidia driver/lib/libnvidia-ml.so.1\\n'\n")
     (fake / "ldconfig").chmod(0o755)
