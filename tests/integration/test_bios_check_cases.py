@@ -122,6 +122,7 @@ def _run(
             "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
             "ANSIBLE_INJECT_FACTS_AS_VARS": "False",
             "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_PIPELINING": "True",  # one `docker exec` per task, as Molecule's runs (docs/ci.md)
         },
         quiet=True,
     )

@@ -101,6 +101,7 @@ def _run(tmp_path: Path, container: Any, label: str, **kwargs: Any) -> Any:
             "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
             "ANSIBLE_INJECT_FACTS_AS_VARS": "False",
             "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_PIPELINING": "True",  # one `docker exec` per task, as Molecule's runs (docs/ci.md)
         },
         quiet=True,
         **kwargs,
