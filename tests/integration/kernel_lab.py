@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import fcntl
 import io
+import os
+import sys
 import tarfile
 import time
 import uuid
@@ -151,6 +153,19 @@ def dkms_container(image: str, label: str) -> Iterator[tuple[Any, str]]:
 #: The fully qualified ``community.docker.docker`` is not redirected and ran every task Ansible's way, which took
 #: about twice the time and CPU of a converged nvidia_driver run (docs/ci.md).
 CONTAINER_HOST: dict[str, str] = {"ansible_connection": "docker", "ansible_python_interpreter": "/usr/bin/python3"}
+
+def plain_runner_env() -> dict[str, str]:
+    """``envvars`` for a playbook run through ansible-runner's own API (Ansible's linear strategy, not gpuprov's
+    runner): this interpreter's ansible-playbook and docker CLI on ``PATH``, the checkout's collection, facts only as
+    ``ansible_facts``, and pipelining (one ``docker exec`` per task, as Molecule's runs; docs/ci.md)."""
+    return {
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+        "ANSIBLE_INJECT_FACTS_AS_VARS": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_PIPELINING": "True",
+    }
+
 
 #: Port the stand-in repository is served on inside a test container (its own loopback).
 REPO_PORT = 8472

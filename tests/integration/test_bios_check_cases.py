@@ -11,8 +11,6 @@ shares it), config-space ACS of real bridges; each is replaced by the fixture th
 from __future__ import annotations
 
 import json
-import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,7 @@ from tests.bios_check_fixtures import (
     healthy_h200,
     tar_bytes,
 )
-from tests.integration.kernel_lab import exec_ok
+from tests.integration.kernel_lab import exec_ok, plain_runner_env
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = "/opt/gpuprov-bios"
@@ -89,7 +87,6 @@ def _run(
     import ansible_runner
 
     (tmp_path / label).mkdir()
-    path = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     inventory = {
         "all": {
             "children": {
@@ -117,13 +114,7 @@ def _run(
         inventory=inventory,
         extravars=variables,
         cmdline="--check" if check else None,
-        envvars={
-            "PATH": path,
-            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
-            "ANSIBLE_INJECT_FACTS_AS_VARS": "False",
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_PIPELINING": "True",  # one `docker exec` per task, as Molecule's runs (docs/ci.md)
-        },
+        envvars=plain_runner_env(),
         quiet=True,
     )
 

@@ -10,8 +10,6 @@ reboot decision is driven by a fake sysfs tree instead.
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.kernel_lab import exec_ok
+from tests.integration.kernel_lab import exec_ok, plain_runner_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = "/etc/modprobe.d/gpuprov-nouveau.conf"
@@ -73,8 +71,6 @@ def stale_host(lab_images: dict[str, str]) -> Iterator[tuple[Any, list[str]]]:
 def _run(tmp_path: Path, container: Any, label: str, **kwargs: Any) -> Any:
     import ansible_runner
 
-    # ansible-playbook and the docker connection's CLI are looked up on this PATH
-    path = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     inventory = {
         "all": {
             "children": {
@@ -96,13 +92,7 @@ def _run(tmp_path: Path, container: Any, label: str, **kwargs: Any) -> Any:
         project_dir=str(ROOT / "playbooks"),
         playbook="nouveau.yml",
         inventory=inventory,
-        envvars={
-            "PATH": path,
-            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
-            "ANSIBLE_INJECT_FACTS_AS_VARS": "False",
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_PIPELINING": "True",  # one `docker exec` per task, as Molecule's runs (docs/ci.md)
-        },
+        envvars=plain_runner_env(),
         quiet=True,
         **kwargs,
     )
