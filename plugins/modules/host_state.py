@@ -31,6 +31,16 @@ options:
     type: list
     elements: str
     default: []
+  link_roots:
+    description:
+      - Directories that stand for C(/) to the program that reads the paths under them (a containerised
+        driver's root, as the NVIDIA container toolkit reads C(/run/nvidia/driver)). For a path under one of
+        them, RV(paths)' C(target_isreg) follows links as that program does - an absolute target starts again
+        at the directory and C(..) stops there - so a link that resolves only on the host does not count. A
+        path under several of them takes the deepest; a path under none follows links as the host does.
+    type: list
+    elements: str
+    default: []
   read:
     description:
       - Absolute paths of text files to read whole, for RV(files), keyed as given; meant for small files
@@ -83,7 +93,8 @@ paths:
   description: >-
     Path -> C(exists), C(islnk), C(isdir), C(isreg), C(lnk_source) (the link's target resolved to an absolute
     path, as M(ansible.builtin.stat) reports it; null when not a link), C(target_isreg) (the path, links
-    followed, is a regular file: false for a dangling link or a link to a directory), C(mode) (permission bits,
+    followed - inside its O(link_roots) entry if it has one - is a regular file: false for a dangling link or a
+    link to a directory), C(mode) (permission bits,
     four octal digits), C(uid) and C(gid) (null when the path does not exist).
   type: dict
   returned: always
@@ -121,12 +132,19 @@ def package_state(module, names):
     return versions, {k: v["selection"] for k, v in packages.items()}, auto
 
 
-def lstat_or_fail(module, path):
-    """:func:`path_state` of ``path``; fails the module on an error other than its absence."""
+def link_root(path, roots):
+    """The deepest of ``roots`` (absolute directories) that ``path`` lies under, else ``/``."""
+    under = [r for r in roots if os.path.commonpath([r, path]) == os.path.normpath(r)]
+    return max(under, key=lambda r: len(os.path.normpath(r)), default="/")
+
+
+def lstat_or_fail(module, path, roots):
+    """:func:`path_state` of ``path``, links followed inside its :func:`link_root`; fails the module on an error
+    other than its absence."""
     try:
-        return path_state(path)
+        return path_state(path, link_root(path, roots))
     except OSError as exc:
-        module.fail_json(msg=f"cannot lstat {path}: {exc.strerror} (errno {exc.errno})")
+        module.fail_json(msg=f"cannot read {path}: {exc.strerror} (errno {exc.errno})")
 
 
 def run_commands(module, commands):
@@ -156,6 +174,7 @@ def main():
         argument_spec={
             "packages": {"type": "list", "elements": "str"},
             "paths": {"type": "list", "elements": "str", "default": []},
+            "link_roots": {"type": "list", "elements": "str", "default": []},
             "read": {"type": "list", "elements": "str", "default": []},
             "commands": {"type": "dict", "default": {}},
         },
@@ -163,9 +182,9 @@ def main():
     )
     params = module.params
     # keyed as given, so a role finds each answer under the string it asked with: nothing to expand or resolve
-    relative = [p for p in params["paths"] + params["read"] if not os.path.isabs(p)]
+    relative = [p for p in params["paths"] + params["read"] + params["link_roots"] if not os.path.isabs(p)]
     if relative:
-        module.fail_json(msg=f"paths and read take absolute paths; not absolute: {', '.join(relative)}")
+        module.fail_json(msg=f"paths, link_roots and read take absolute paths; not absolute: {', '.join(relative)}")
     versions, selections, auto = ({}, {}, [])
     if params["packages"] is not None:
         versions, selections, auto = package_state(module, params["packages"])
@@ -174,7 +193,7 @@ def main():
         versions=versions,
         selections=selections,
         auto_installed=auto,
-        paths={p: lstat_or_fail(module, p) for p in params["paths"]},
+        paths={p: lstat_or_fail(module, p, params["link_roots"]) for p in params["paths"]},
         files={p: read_text(p) for p in params["read"]},
         commands=run_commands(module, params["commands"]),
     )

@@ -30,13 +30,19 @@ CASES = {
     "dirs_as_text": ("cgroup.controllers", "library", True),  # the directories as one comma-separated string
     "no_linker_cache": ("cgroup.controllers", "library", True),  # `ldconfig -p` fails
     "dangling": ("cgroup.controllers", "dangling", True),  # the link's target is gone (a half-removed driver)
+    # a link with an absolute target, read inside the root as the toolkit reads it: the root's own file
+    "absolute_link": ("cgroup.controllers", "absolute", True),
+    # an absolute target that only this machine has (not under the root): dangling to the toolkit
+    "host_only_link": ("cgroup.controllers", "host_only", True),
     "a_directory": ("cgroup.controllers", "directory", True),
     "no_dirs": ("cgroup.controllers", "library", True),  # container_toolkit_driver_lib_dirs: []
-    # the linker's cache names the host's library in a directory with a space, after a line that is not UTF-8 and
-    # one that names no path
+    "null_dirs": ("cgroup.controllers", "library", True),  # container_toolkit_driver_lib_dirs: [null]
+    # the linker's cache names the host's library in a directory with a space, after a line that is not UTF-8, one
+    # that names no path, another library whose name ends in libnvidia-ml.so.1 and the 32-bit library
     "spaced_cache": ("cgroup.controllers", None, True),
 }
-FAILING = ("refused", "no_linker_cache", "dangling", "a_directory", "no_dirs", "spaced_cache")
+FAILING = ("refused", "no_linker_cache", "dangling", "host_only_link", "a_directory", "no_dirs", "null_dirs",
+           "spaced_cache")
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +65,12 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
             lib.symlink_to("libnvidia-ml.so.580.95.05")
         elif library == "dangling":
             lib.symlink_to("libnvidia-ml.so.580.95.05")
+        elif library == "absolute":
+            (root / "usr" / "lib64" / "libnvidia-ml.so.580.95.05").write_bytes(b"\x7fELF")
+            lib.symlink_to("/usr/lib64/libnvidia-ml.so.580.95.05")
+        elif library == "host_only":
+            (tmp / name / "libnvidia-ml.so.580.95.05").write_bytes(b"\x7fELF")
+            lib.symlink_to(tmp / name / "libnvidia-ml.so.580.95.05")
         elif library == "directory":
             lib.mkdir()
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
@@ -73,11 +85,14 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
     (fake / "ldconfig").chmod(0o755)
     hosts["no_linker_cache"]["preflight_env"] = {"PATH": f"{fake}:/usr/sbin:/usr/bin:/sbin:/bin"}
     hosts["no_dirs"]["container_toolkit_driver_lib_dirs"] = []
+    hosts["null_dirs"]["container_toolkit_driver_lib_dirs"] = [None]
     fake = tmp / "spaced_cache" / "bin"
     fake.mkdir()
     (fake / "ldconfig").write_bytes(b"#!/bin/sh\nprintf '3 libs found in cache\\n"
                                     b"\\tlibx.so (libc6,x86-64) => /opt/caf\\351/libx.so\\n"
-                                    b"\\tlibnvidia-ml.so.1 (libc6) =>   \\n"  # no path: not a directory
+                                    b"\\tlibnvidia-ml.so.1 (libc6,x86-64) =>   \\n"  # no path: not a directory
+                                    b"\\tcompat-libnvidia-ml.so.1 (libc6,x86-64) => /opt/compat/libnvidia-ml.so.1\\n"
+                                    b"\\tlibnvidia-ml.so.1 (libc6) => /usr/lib/i386-linux-gnu/libnvidia-ml.so.1\\n"
                                     b"\\tlibnvidia-ml.so.1 (libc6,x86-64) => "
                                     b"/opt/nvidia driver/lib/libnvidia-ml.so.1\\n'\n")
     (fake / "ldconfig").chmod(0o755)
@@ -123,7 +138,7 @@ def test_only_a_root_without_the_library_and_an_unreadable_cache_fail(preflight:
 
 
 @pytest.mark.parametrize(("host", "mode"), [("unified", "unified"), ("hybrid", "hybrid"),
-                                            ("dirs_as_text", "unified")])
+                                            ("dirs_as_text", "unified"), ("absolute_link", "unified")])
 def test_the_cgroup_mode_and_the_library_under_the_driver_root(preflight: tuple[RunResult, Path], host: str,
                                                                mode: str) -> None:
     _, tmp = preflight
@@ -153,7 +168,7 @@ def test_a_failing_linker_cache_read_names_the_command_and_its_error(preflight: 
     assert "`ldconfig -p` failed (rc 1): ldconfig: Can not open cache file /etc/ld.so.cache" in message, message
 
 
-@pytest.mark.parametrize("host", ["dangling", "a_directory"])
+@pytest.mark.parametrize("host", ["dangling", "host_only_link", "a_directory"])
 def test_a_dangling_link_or_a_directory_is_not_the_library(preflight: tuple[RunResult, Path], host: str) -> None:
     result, tmp = preflight
     assert f"config root {tmp / host / 'driver'} has no libnvidia-ml.so.1" in _failure(result, host)
@@ -163,10 +178,13 @@ def test_no_library_directories_are_refused_by_name(preflight: tuple[RunResult, 
     result, _ = preflight
     message = _failure(result, "no_dirs")
     assert "container_toolkit_driver_lib_dirs names no directory ([])" in message, message
+    message = _failure(result, "null_dirs")
+    assert "container_toolkit_driver_lib_dirs names no directory ([null])" in message, message
 
 
 def test_the_linker_caches_paths_are_read_whole(preflight: tuple[RunResult, Path]) -> None:
-    """A directory with a space in the cache is named whole; a line in another encoding does not fail the read."""
+    """A directory with a space in the cache is named whole; a line in another encoding does not fail the read; a
+    library whose name only ends in libnvidia-ml.so.1, and the 32-bit library, are not the driver's."""
     result, _ = preflight
     message = _failure(result, "spaced_cache")
     assert "host driver libraries are in /opt/nvidia driver/lib; set container_toolkit_driver_root: /" in message, \

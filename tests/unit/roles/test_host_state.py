@@ -83,6 +83,40 @@ def test_target_isreg_follows_links_to_a_regular_file(tmp_path: Path, capsys: py
     assert result["paths"][str(tmp_path / "dangling.so.1")]["exists"] is True  # lstat's answer is unchanged
 
 
+def test_links_under_a_link_root_resolve_inside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A containerised driver's root (/run/nvidia/driver) is read by the container toolkit as its own ``/``: an
+    absolute link target starts again at the root and ``..`` stops there, so a link that resolves only through
+    the host's own files is not the library, and one with an absolute target inside the root is."""
+    root = tmp_path / "driver"
+    lib = root / "usr" / "lib" / "x86_64-linux-gnu"
+    lib.mkdir(parents=True)  # a library name no host has, so the host's own files decide nothing
+    (lib / "libnvidia-ml.so.0.0.test").write_text("")
+    host_file = tmp_path / "host-only.so"  # on the host, not under the root
+    host_file.write_text("")
+    links = {
+        "absolute.so.1": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.0.0.test",  # as inside the root: a file
+        "relative.so.1": "libnvidia-ml.so.0.0.test",
+        "escapes.so.1": "../../../../../../../../lib/x86_64-linux-gnu/libnvidia-ml.so.0.0.test",  # .. stops at root
+        "host_only.so.1": str(host_file),  # a file on the host, absent under the root
+        "via_dir.so.1": "/usr/lib/../lib/x86_64-linux-gnu/libnvidia-ml.so.0.0.test",
+    }
+    for name, target in links.items():
+        (lib / name).symlink_to(target)
+    (root / "lib").symlink_to("usr/lib")  # a merged-/usr root: lib -> usr/lib
+    paths = [str(lib / n) for n in links]
+    code, result = run({"paths": paths, "link_roots": [str(tmp_path), str(root)]}, capsys)
+    assert code == 0, result
+    assert {n: result["paths"][str(lib / n)]["target_isreg"] for n in links} == {
+        "absolute.so.1": True, "relative.so.1": True, "escapes.so.1": True, "host_only.so.1": False,
+        "via_dir.so.1": True}
+    # the same links read as the host reads them (no root): the absolute ones point outside the tree
+    code, result = run({"paths": paths}, capsys)
+    assert {n: result["paths"][str(lib / n)]["target_isreg"] for n in links} == {
+        "absolute.so.1": False, "relative.so.1": True, "escapes.so.1": False, "host_only.so.1": True,
+        "via_dir.so.1": False}
+    assert result["paths"][str(lib / "host_only.so.1")]["lnk_source"] == str(host_file)
+
+
 def test_command_output_that_is_not_utf8_is_read_with_replacements(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """One path in another encoding in `ldconfig -p` must not fail the read of every other line."""
@@ -123,10 +157,15 @@ def test_only_a_paths_absence_reads_as_absent_and_paths_are_absolute(tmp_path: P
     assert result["paths"][f"{tmp_path}//file"]["isreg"] is True  # keyed as given, not normalised
     assert result["paths"][under_a_file]["exists"] is False
     code, result = run({"paths": ["~/cgroup"], "read": ["etc/os-release"]}, capsys)
-    assert code == 1 and result["msg"] == "paths and read take absolute paths; not absolute: ~/cgroup, etc/os-release"
+    assert code == 1 and result["msg"] == ("paths, link_roots and read take absolute paths; not absolute: ~/cgroup, "
+                                           "etc/os-release")
     looped = str(tmp_path / "loop-a" / "libnvidia-ml.so.1")  # ELOOP says nothing of whether it exists
     code, result = run({"paths": [looped]}, capsys)
-    assert code == 1 and result["msg"].startswith(f"cannot lstat {looped}: Too many levels of symbolic links")
+    assert code == 1 and result["msg"].startswith(f"cannot read {looped}: Too many levels of symbolic links")
+    # a loop met only while following the link (lstat of the link itself succeeds), on the host or inside a root
+    for roots in ([], [str(tmp_path)]):
+        code, result = run({"paths": [str(tmp_path / "loop-a")], "link_roots": roots}, capsys)
+        assert code == 1 and result["msg"].startswith(f"cannot read {tmp_path / 'loop-a'}: Too many levels"), roots
 
 
 def test_a_bare_package_name_is_the_native_architectures(capsys: pytest.CaptureFixture[str],
