@@ -255,7 +255,9 @@ class Decoder:
                 )
                 for i, img in zip(gpu_idx, imgs, strict=True):
                     out[i] = Decoded(img, 255.0)
-            except RuntimeError:
+            except RuntimeError as exc:
+                if is_oom(exc):  # the batch does not fit: decode_split halves it, warm() logs it
+                    raise
                 # one bad JPEG fails the whole nvJPEG batch: decode each on the CPU to find it
                 for i in gpu_idx:
                     futures[i] = self.pool.submit(_decode_cpu_pinned, blobs[i], True)

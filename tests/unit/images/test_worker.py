@@ -294,6 +294,38 @@ def test_decode_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit() 
         decode_split(Broken(), blobs)  # type: ignore[arg-type]
 
 
+def test_an_nvjpeg_batch_out_of_memory_is_split_not_decoded_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvJPEG's batch running out of device memory is raised (decode_split halves the batch, the warm-up logs it),
+    not taken for a bad JPEG in the batch, which decodes every image of the batch on the CPU instead."""
+    import torch
+    import torchvision
+
+    from gpuprov.images.decode import Decoded, Decoder, decode_split, warm_jpeg
+
+    sizes: list[int] = []
+
+    def decode_jpeg(raws: list[Any], **_: Any) -> list[Any]:
+        sizes.append(len(raws))
+        if len(raws) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return [torch.zeros(3, 8, 8, dtype=torch.uint8) for _ in raws]
+
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", decode_jpeg)
+    decoder = Decoder("cuda", threads=1)  # the device is named only: the stand-in above decodes
+    cpu: list[bytes] = []
+    monkeypatch.setattr("gpuprov.images.decode._decode_cpu_pinned", lambda blob, _pin: cpu.append(blob))
+    try:
+        blobs = [warm_jpeg(16)] * 4
+        with pytest.raises(torch.OutOfMemoryError):
+            decoder.decode(blobs)
+        out = decode_split(decoder, blobs)
+        assert all(isinstance(o, Decoded) for o in out) and sizes == [4, 4, 2, 2]
+        decoder.warm(4)  # logged, not raised
+        assert sizes[-1] == 4 and cpu == []  # nothing went to the CPU decoder
+    finally:
+        decoder.close()
+
+
 def test_unreadable_kinds_of_file_fail_alone(tmp_path: Path) -> None:
     """An empty file is a decode error and a FIFO a read error (reading it would block the worker forever)."""
     import os
