@@ -200,10 +200,11 @@ class Decoder:
 
     def warm(self, count: int) -> None:
         """Decode ``count`` copies of one synthetic baseline JPEG (:data:`WARM_SIDE` pixels square, 4:2:0) as one
-        batch, and drop them: a decoder's first batch on a GPU makes nvJPEG's handle and its buffers for each image
-        of the batch (host and device memory, allocated outside torch's caches); seconds when several workers start
-        at once (docs/benchmarks.md). Images as large as those or smaller then find the buffers made. Nothing on a
-        CPU. Never raises: a warm-up that fails (out of memory, say) is logged, and the first real batch pays."""
+        batch, and drop them: a decoder's first batch on a GPU makes nvJPEG's handle and its buffers for the batch's
+        images (host and device memory, allocated outside torch's caches); seconds when several workers start at
+        once (docs/benchmarks.md). Later batches of up to ``count`` images as large or smaller find the buffers
+        made; a larger batch grows them. Nothing on a CPU. Never raises: a warm-up that fails (out of memory, say)
+        is logged, and the first real batch pays."""
         if self.device == "cpu" or count < 1:
             return
         try:

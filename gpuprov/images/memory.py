@@ -104,7 +104,7 @@ class Backoff:
 
 
 def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int | None = None, share: int = 1,
-               cache_key: str | None = None) -> int:  # fmt: skip
+               cache_key: str | None = None, before_probe: Callable[[], object] | None = None) -> int:  # fmt: skip
     """A safe maximum batch: run ``probe(AUTO_PROBE_BATCH)``, read the peak memory, scale with headroom.
 
     On CUDA: ``per_image = (max_memory_allocated after the probe - allocated before) / probe batch``
@@ -113,8 +113,9 @@ def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int |
     memory), rounded down to a multiple of 8 and capped at ``AUTO_MAX_BATCH``. With ``cache_key`` (what the
     probe's memory depends on: the model file, input side, dtype) ``per_image`` is kept in the compile cache
     folder per key, GPU model and torch version, and a worker that finds it there skips the probe (its first
-    batch of a new shape pays cuDNN's autotuning, seconds). On CPU there is no allocator peak: the result is
-    ``CPU_DEFAULT_BATCH`` (or what the memory budget allows).
+    batch of a new shape pays cuDNN's autotuning, seconds). ``before_probe`` is called just before a probe runs
+    (to end other work on the device, whose allocations would count in the peak). On CPU there is no allocator
+    peak: the result is ``CPU_DEFAULT_BATCH`` (or what the memory budget allows).
     """
     torch, _ = torch_modules()
     if device == "cpu":
@@ -129,6 +130,8 @@ def auto_batch(device: str, probe: Callable[[int], object], *, free_bytes: int |
     record = _probe_record(cache_key, torch) if cache_key else None
     per_image = _read_per_image(record)
     if per_image is None:
+        if before_probe is not None:
+            before_probe()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()

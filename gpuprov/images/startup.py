@@ -17,9 +17,10 @@ the spawn:
 ``probe``    the batch-size probe (``--batch auto`` on a GPU; nothing to do for ``--batch N``)
 ``compile``  ``torch.compile`` of the model for the full batch, built or loaded from the machine's cache
              (``--compile``, :mod:`gpuprov.images.compiled`; nothing to do when the model runs uncompiled)
-``warmup``   the first batch: a full batch of synthetic images on a GPU (cuDNN autotunes its shapes) and,
-             in a thread beside it, the JPEG decoder's first batch (nvJPEG makes its buffers); one small
-             image on a CPU
+``warmup``   the first batch: a full batch of synthetic images on a GPU (cuDNN autotunes its shapes); one
+             small image on a CPU. On a GPU the JPEG decoder's first batch (nvJPEG makes its handle and
+             buffers) runs in a thread from the end of ``device``, beside ``model`` to ``warmup``, and
+             ``warmup`` also waits for it to end (``probe``, when it runs, waits for it first)
 ``queue``    the queue opened and the worker's threads started; the worker is ready
 """
 

@@ -52,7 +52,6 @@ EXIT_QUEUE_DOWN = 75
 it after a back-off (:mod:`gpuprov.images.supervisor`)."""
 SUPERVISOR_ENV = "GPUPROV_SUPERVISOR_PID"
 """Environment variable with the supervisor's pid, which a worker checks once it has asked to die with it."""
-"""prctl(2) option: the signal a process gets when the thread that created it ends (Linux)."""
 
 
 def task_label(task: str | None, model: str | None) -> str:
@@ -83,6 +82,15 @@ class WorkerConfig:
 
 WARMUP_SIDE = 256
 """Side in pixels of the synthetic images a GPU worker runs one full batch of before it reports ready."""
+DECODER_WARMUP_IMAGES = 256
+"""Images in the JPEG decoder's warm-up batch (:meth:`Decoder.warm`). Most of its cost is fixed (nvJPEG's handle
+and first call); a full batch's worth took longer with eight workers starting at once, and a smaller one leaves
+more growth to the job's first batches (docs/benchmarks.md)."""
+
+
+def _join(thread: threading.Thread) -> None:
+    if thread.is_alive():
+        thread.join()
 
 
 def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backoff, Decoder]:
@@ -103,34 +111,36 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
         hashing.start()
     device = self_check(cfg.slot)
     startup.mark("device")
-    task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size,
-                     compile=cfg.compile, autotune=cudnn_autotune(cfg.follow))  # fmt: skip
-    startup.mark("model")
-    if hashing is not None:
-        hashing.join()
-    build_kernel = getattr(task, "build_kernel", None)
-    if build_kernel is not None:
-        build_kernel()
-    startup.mark("kernel")
-    batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)), share=cfg.slot.share,
-                                    cache_key=getattr(task, "probe_key", None))  # fmt: skip
-    startup.mark("probe")
-    build_compiled = getattr(task, "build_compiled", None)
-    if build_compiled is not None:
-        build_compiled(batch)
-    startup.mark("compile")
-    backoff = Backoff(batch)
     decoder = Decoder(device, cfg.threads, jpeg=cfg.jpeg, max_pixels=cfg.max_pixels)
-    # the decoder's first batch makes nvJPEG's per-image buffers (seconds with 8 workers starting at once): a
-    # synthetic one now, in a thread beside the model's warm-up, not the job's first batch
-    warming = threading.Thread(target=decoder.warm, args=(batch,), name="decode-warm", daemon=True)
+    # the decoder's first batch makes nvJPEG's handle and buffers (seconds with 8 workers starting at once): a
+    # synthetic one now, in a thread beside the model's load and first batch, not in the job's first batch
+    warming = threading.Thread(target=decoder.warm, args=(DECODER_WARMUP_IMAGES,), name="decode-warm", daemon=True)
     if device != "cpu":
         warming.start()
-    # Warm up before the first claim: the first batch of a fresh process pays the lazy imports and kernel
-    # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
-    # reclaimed alone after a crash is charged a crash of the worker holding it). On a GPU, cuDNN also
-    # autotunes the full batch's shapes now, not in the first job's first batch.
     try:
+        task = make_task(cfg.task, Path(cfg.model) if cfg.model else None, Path(cfg.out), device, size=cfg.size,
+                         compile=cfg.compile, autotune=cudnn_autotune(cfg.follow))  # fmt: skip
+        startup.mark("model")
+        if hashing is not None:
+            hashing.join()
+        build_kernel = getattr(task, "build_kernel", None)
+        if build_kernel is not None:
+            build_kernel()
+        startup.mark("kernel")
+        # a probe reads the allocator's peak: the decoder's batch must not run beside it
+        batch = cfg.batch or auto_batch(device, lambda n: task.process(synthetic_items(n, device)),
+                                        share=cfg.slot.share, cache_key=getattr(task, "probe_key", None),
+                                        before_probe=lambda: _join(warming))  # fmt: skip
+        startup.mark("probe")
+        build_compiled = getattr(task, "build_compiled", None)
+        if build_compiled is not None:
+            build_compiled(batch)
+        startup.mark("compile")
+        backoff = Backoff(batch)
+        # Warm up before the first claim: the first batch of a fresh process pays the lazy imports and kernel
+        # set-up (seconds on a CPU), and a worker killed then must not have a task charged for it (a task
+        # reclaimed alone after a crash is charged a crash of the worker holding it). On a GPU, cuDNN also
+        # autotunes the full batch's shapes now, not in the first job's first batch.
         if device == "cpu":
             task.process(synthetic_items(1, device, 32, 32))
         else:
@@ -138,13 +148,11 @@ def prepare(cfg: WorkerConfig, startup: Startup) -> tuple[str, ImageTask, Backof
             set_full_batch = getattr(task, "set_full_batch", None)
             if set_full_batch is not None:
                 set_full_batch(backoff.batch)
-    except BaseException:  # a failed warm-up leaves no thread inside nvJPEG, nor a decoder, as the process exits
-        if warming.is_alive():
-            warming.join()
+    except BaseException:  # a failed start leaves no thread inside nvJPEG, nor a decoder, as the process exits
+        _join(warming)
         decoder.close()
         raise
-    if warming.is_alive():
-        warming.join()
+    _join(warming)
     startup.mark("warmup")
     return device, task, backoff, decoder
 

@@ -156,6 +156,24 @@ def test_auto_batch_keeps_its_probe_per_model_and_skips_it_next_time(
     assert cuda.probes == 3
 
 
+def test_auto_batch_calls_before_probe_only_when_it_probes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``before_probe`` runs before the probe's first allocation, and not at all when a record spares the probe."""
+    monkeypatch.setenv("GPUPROV_IMAGES_CACHE_DIR", str(tmp_path / "cache"))
+    cuda = FakeCuda(per_image=1_000_000, free=2_000_000_000)
+    cuda.install(monkeypatch)
+    order: list[str] = []
+
+    def probe(n: int) -> None:
+        order.append("probe")
+        cuda.probe(n)
+
+    key = "model|a.pt|224|True"
+    assert memory.auto_batch("cuda", probe, share=2, cache_key=key, before_probe=lambda: order.append("before")) == 800
+    assert order == ["before", "probe"]
+    assert memory.auto_batch("cuda", probe, share=2, cache_key=key, before_probe=lambda: order.append("before")) == 800
+    assert order == ["before", "probe"]  # the record was read: neither ran again
+
+
 def test_auto_batch_probes_when_its_record_is_damaged_or_cannot_be_kept(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

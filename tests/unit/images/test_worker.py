@@ -20,7 +20,7 @@ from gpuprov.images.manifest import write_manifest
 from gpuprov.images.memory import MEM_BUDGET_ENV
 from gpuprov.images.queue import open_queue
 from gpuprov.images.slots import DEFAULT_PROCS_PER_GPU, DeviceMismatch, Slot, replicate, resolve_slots, self_check
-from gpuprov.images.stages import Committer, LeaseKeeper, claims
+from gpuprov.images.stages import LeaseKeeper, claims
 from gpuprov.images.supervisor import SlotState, supervise, worker_env
 from gpuprov.images.worker import WorkerConfig, worker_main
 
@@ -390,94 +390,6 @@ def test_a_worker_missing_a_package_stops_the_run_with_exit_4_at_once(
     assert all(st.restarts == 0 for st in seen)
 
 
-class _RecordingQueue:
-    """Queue stand-in for the committer: records writes; ``complete`` fails on the batch named ``boom``."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, Any]] = []
-
-    def complete(self, worker: str, results: list[tuple[str, dict[str, Any]]]) -> int:
-        if any(tid == "boom" for tid, _ in results):
-            raise RuntimeError("database is locked")
-        self.log.append(("complete", [tid for tid, _ in results]))
-        return len(results)
-
-    def fail(self, worker: str, tid: str, reason: str, *, retry: bool) -> None:
-        self.log.append(("fail", tid))
-
-
-class _Keeper:
-    def __init__(self, queue: _RecordingQueue) -> None:
-        self.queue = queue
-
-    def release(self, ids: list[str]) -> None:
-        self.queue.log.append(("release", ids))
-
-
-def test_committer_writes_in_order_then_releases_and_reports() -> None:
-    queue = _RecordingQueue()
-    events: list[dict[str, Any]] = []
-    timing = {"commit_s": 0.0}
-    committer = Committer(queue, "w", _Keeper(queue), events.append, timing)  # type: ignore[arg-type]
-    committer.start()
-    committer.put([("a", {}), ("b", {})], [("c", "decode error: truncated")], ["a", "b", "c"], 4)
-    committer.put([("d", {})], [], ["d"], 4)
-    committer.close()
-    # leases are released only after the batch is written: a kill before that re-runs the tasks
-    assert queue.log == [
-        ("complete", ["a", "b"]), ("fail", "c"), ("release", ["a", "b", "c"]),
-        ("complete", ["d"]), ("release", ["d"]),
-    ]  # fmt: skip
-    assert [(e["done"], e["failed"]) for e in events] == [(2, 1), (3, 1)]
-    assert (committer.done, committer.failed) == (3, 1) and timing["commit_s"] > 0
-    assert not committer.is_alive()
-
-
-def test_committer_error_reaches_the_main_thread_and_stops_writing() -> None:
-    queue = _RecordingQueue()
-    committer = Committer(queue, "w", _Keeper(queue), lambda e: None, {"commit_s": 0.0})  # type: ignore[arg-type]
-    committer.start()
-    committer.put([("boom", {})], [], ["boom"], 1)
-    committer.put([("later", {})], [], ["later"], 1)
-    with pytest.raises(RuntimeError, match="database is locked"):
-        committer.close()
-    assert queue.log == [], "nothing after the failed batch is written and no lease is released"
-    with pytest.raises(RuntimeError, match="database is locked"):
-        committer.put([("x", {})], [], ["x"], 1)
-
-
-def test_committer_that_cannot_report_stops_the_worker_instead_of_hanging() -> None:
-    """A broken pipe to the supervisor (its emit) must reach the main thread, not kill the thread
-    silently while the lease keeper renews the batch's leases forever."""
-    queue = _RecordingQueue()
-
-    def emit(event: dict[str, Any]) -> None:
-        raise BrokenPipeError(32, "Broken pipe")
-
-    committer = Committer(queue, "w", _Keeper(queue), emit, {"commit_s": 0.0})  # type: ignore[arg-type]
-    committer.start()
-    committer.put([("a", {})], [], ["a"], 1)
-    with pytest.raises(BrokenPipeError):
-        for i in range(10):  # within a few puts the error is raised; none blocks
-            committer.put([(f"t{i}", {})], [], [f"t{i}"], 1)
-    with pytest.raises(BrokenPipeError):
-        committer.close()
-    assert not committer.is_alive()
-    # the first batch was written (then its report failed); nothing after it is written
-    assert queue.log == [("complete", ["a"]), ("release", ["a"])]
-
-
-def test_committer_refuses_batches_once_closed() -> None:
-    queue = _RecordingQueue()
-    committer = Committer(queue, "w", _Keeper(queue), lambda e: None, {"commit_s": 0.0})  # type: ignore[arg-type]
-    committer.start()
-    committer.close()
-    committer.close()  # twice is fine
-    with pytest.raises(RuntimeError, match="closed"):
-        committer.put([("z", {})], [], ["z"], 1)
-    assert queue.log == []
-
-
 def test_gpus_without_a_usable_gpu_name_the_fix(caplog: pytest.LogCaptureFixture) -> None:
     """An explicit --gpus with no NVML or no GPU is an environment error naming --gpus cpu; --gpus all falls
     back to the CPU with a warning (a service on a host whose driver broke would otherwise crawl silently)."""
@@ -498,35 +410,3 @@ def test_gpus_without_a_usable_gpu_name_the_fix(caplog: pytest.LogCaptureFixture
             assert [s.name for s in resolve_slots("all", nvml=nvml)] == ["cpu0"]
         assert "running on the CPU" in caplog.text
         caplog.clear()
-
-
-def test_a_failed_warm_up_waits_for_the_decoders_and_closes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The model's warm-up batch failing on a GPU worker: prepare() raises only once the decoder's warm-up thread
-    has ended (no thread left inside nvJPEG as the process exits) and the decoder is closed."""
-    import threading
-    import time
-
-    from gpuprov.images import decode, worker
-    from gpuprov.images.startup import Startup
-
-    warmed: list[int] = []
-    closed: list[bool] = []
-
-    def slow_warm(self: decode.Decoder, count: int) -> None:
-        time.sleep(0.5)
-        warmed.append(count)
-
-    class Failing:
-        def process(self, items: object) -> None:
-            raise RuntimeError("the model failed on its warm-up batch")
-
-    monkeypatch.setattr(decode.Decoder, "warm", slow_warm)
-    monkeypatch.setattr(decode.Decoder, "close", lambda self: closed.append(True))
-    monkeypatch.setattr(worker, "self_check", lambda slot: "cuda")
-    monkeypatch.setattr(worker, "make_task", lambda *args, **kwargs: Failing())
-    monkeypatch.setattr(worker, "synthetic_items", lambda n, device, *size: list(range(n)))
-    config = WorkerConfig("sqlite:///q", str(tmp_path), task="stats", batch=8, slot=Slot("gpu0"))
-    with pytest.raises(RuntimeError, match="warm-up batch"):
-        worker.prepare(config, Startup())
-    assert warmed == [8] and closed == [True]
-    assert not [t for t in threading.enumerate() if t.name == "decode-warm"]
