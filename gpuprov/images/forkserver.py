@@ -18,9 +18,11 @@ What keeps it to its own user and install:
 - the socket's name is a digest of what the server's imports depend on (:func:`server_key`): the Python, gpuprov's
   code (its files' modification times), the installs of torch, torchvision, Triton, NumPy and Pillow, and the
   environment variables read when libraries load (``LD_*``, ``PYTHON*``, ``TORCH*``, ``TRITON*``, ``CUDA*``, thread
-  counts). A run whose key differs starts its own server; the old one ends when its time is up;
-- a request from another cgroup is refused, so a worker is never moved out of a job's cgroup (a Slurm job, a
-  systemd unit): that run starts its workers itself.
+  counts), and the cgroup of the run (a login session's scope, a Slurm job, a systemd unit): each has a server of
+  its own. A run whose key differs starts its own server; the old one ends when its time is up;
+- a request from another cgroup is refused, so a worker is never moved out of a job's cgroup (a run moved to
+  another cgroup after it chose its socket): that run starts its workers itself. A refused request does not count
+  as work, so it does not keep the server alive.
 
 A forked worker's parent is the server, so ``PR_SET_PDEATHSIG`` cannot tie it to its run: the run passes a pidfd
 of itself, and the worker ends when that pidfd reports the run's exit
@@ -115,13 +117,15 @@ def _own_private(folder: Path) -> bool:
 def server_key(environ: Mapping[str, str] | None = None) -> str:
     """A digest (16 hex digits) of what a server's imports depend on: the Python, gpuprov's code, the installs of
     :data:`PRELOADED`, and the load-time environment variables (:data:`LOAD_TIME_PREFIXES`, not
-    :data:`PER_WORKER_ENV`)."""
+    :data:`PER_WORKER_ENV`); and of this process's cgroup (:func:`own_cgroup`), as the server serves only its own
+    cgroup: without it, a server left by one login session (or job) would hold the socket of every later one,
+    refuse their requests and keep them from starting theirs."""
     env = os.environ if environ is None else environ
     package = Path(__file__).resolve().parent.parent
     newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
     installs = [_install(name) for name in PRELOADED]
     loaded = sorted((k, v) for k, v in env.items() if k.startswith(LOAD_TIME_PREFIXES) and k not in PER_WORKER_ENV)
-    text = json.dumps([sys.executable, sys.version, str(package), newest, installs, loaded])
+    text = json.dumps([sys.executable, sys.version, str(package), newest, installs, loaded, own_cgroup()])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -110,9 +110,9 @@ class _Server:
     def _request(self, conn: socket.socket) -> None:
         """Read one request (a JSON line and :data:`FDS` file descriptors) from ``conn`` and fork its worker, or
         answer a refusal. The request must arrive whole within :data:`REPLY_TIMEOUT_S` seconds and
-        :data:`MAX_REQUEST_BYTES`; one that does not, or is not JSON, is dropped and the server goes on."""
-        self.idle_since = time.monotonic()
-        deadline = self.idle_since + REPLY_TIMEOUT_S
+        :data:`MAX_REQUEST_BYTES`; one that does not, or is not JSON, is dropped and the server goes on. Only a
+        forked worker counts as work for the idle time: a refused request, a bad one or a probe does not."""
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
         fds: list[int] = []
         try:
             conn.settimeout(REPLY_TIMEOUT_S)
@@ -135,6 +135,7 @@ class _Server:
                 conn.sendall(json.dumps({"refused": refused}).encode() + b"\n")
                 conn.close()
                 return
+            self.idle_since = time.monotonic()
             pid = os.fork()
             if pid == 0:
                 self._child(conn, request, fds)  # never returns

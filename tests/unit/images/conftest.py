@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpuprov.images.queue import Queue, open_queue
+from tests.unit.images.forkserver_support import runtime, stub_server
 
-__all__ = ["bomb_png", "make_url", "queue_url"]
+__all__ = ["bomb_png", "make_url", "queue_url", "runtime", "stub_server"]
 
 
 def _import_dynamo() -> None:
