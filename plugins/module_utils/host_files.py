@@ -25,7 +25,7 @@ def resolve_in_root(path, root="/"):
         raise ValueError(f"{path} is not under {root}")
     base = os.path.realpath(root)
     pending = relative.split("/")
-    resolved = []
+    resolved: list[str] = []
     links = 0
     while pending:
         part = pending.pop(0)
