@@ -37,7 +37,8 @@ options:
         driver's root, as the NVIDIA container toolkit reads C(/run/nvidia/driver)). For a path under one of
         them, RV(paths)' C(target_isreg) follows links as that program does - an absolute target starts again
         at the directory and C(..) stops there - so a link that resolves only on the host does not count. A
-        path under several of them takes the deepest; a path under none follows links as the host does.
+        path under several of them takes the deepest (paths and roots compared as written, C(//run) as C(/run));
+        a path under none follows links as the host does.
     type: list
     elements: str
     default: []
@@ -93,8 +94,8 @@ paths:
   description: >-
     Path -> C(exists), C(islnk), C(isdir), C(isreg), C(lnk_source) (the link's target resolved to an absolute
     path, as M(ansible.builtin.stat) reports it; null when not a link), C(target_isreg) (the path, links
-    followed - inside its O(link_roots) entry if it has one - is a regular file: false for a dangling link or a
-    link to a directory), C(mode) (permission bits,
+    followed - inside its O(link_roots) entry if it has one - is a regular file: false for a dangling or looping
+    link or a link to a directory), C(mode) (permission bits,
     four octal digits), C(uid) and C(gid) (null when the path does not exist).
   type: dict
   returned: always
@@ -132,10 +133,17 @@ def package_state(module, names):
     return versions, {k: v["selection"] for k, v in packages.items()}, auto
 
 
+def lexical(path):
+    """``path`` (absolute) with ``.``, ``..``, repeated and trailing slashes taken out, without reading the disk
+    (``//run`` is ``/run``)."""
+    return os.path.normpath("/" + path.lstrip("/"))
+
+
 def link_root(path, roots):
-    """The deepest of ``roots`` (absolute directories) that ``path`` lies under, else ``/``."""
-    under = [r for r in roots if os.path.commonpath([r, path]) == os.path.normpath(r)]
-    return max(under, key=lambda r: len(os.path.normpath(r)), default="/")
+    """The deepest of ``roots`` (absolute directories) that ``path`` lies under, compared as written
+    (:func:`lexical`), else ``/``."""
+    under = [lexical(r) for r in roots if os.path.commonpath([lexical(r), lexical(path)]) == lexical(r)]
+    return max(under, key=len, default="/")
 
 
 def lstat_or_fail(module, path, roots):

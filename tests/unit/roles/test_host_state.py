@@ -109,6 +109,24 @@ def test_links_under_a_link_root_resolve_inside_it(tmp_path: Path, capsys: pytes
     assert {n: result["paths"][str(lib / n)]["target_isreg"] for n in links} == {
         "absolute.so.1": True, "relative.so.1": True, "escapes.so.1": True, "host_only.so.1": False,
         "via_dir.so.1": True}
+    # a directory link in the middle of the path is followed inside the root too: lib64 -> /usr/lib/x86_64-linux-gnu
+    # holds the library under the root, while on the host that target has none; host_lib -> a folder of the host
+    # holding a file of that name, which the root does not have
+    (root / "usr" / "lib64").symlink_to("/usr/lib/x86_64-linux-gnu")
+    host_dir = tmp_path / "host-lib"
+    host_dir.mkdir()
+    (host_dir / "libnvidia-ml.so.1").write_text("")
+    (root / "host_lib").symlink_to(host_dir)
+    (lib / "libnvidia-ml.so.1").write_text("")
+    middle = {str(root / "usr" / "lib64" / "libnvidia-ml.so.0.0.test"): True,  # absent on the host
+              str(root / "host_lib" / "libnvidia-ml.so.1"): False,  # a regular file on the host
+              f"{lib}/libnvidia-ml.so.0.0.test/": False,  # a file taken for a directory: ENOTDIR
+              f"/{root}//usr/lib/../lib/x86_64-linux-gnu/libnvidia-ml.so.0.0.test": True,
+              str(root / ".." / "host-only.so"): True}  # outside the root (its ".."): read as the host reads it
+    code, result = run({"paths": list(middle), "link_roots": [f"/{root}/"]}, capsys)
+    assert code == 0, result
+    assert {p: result["paths"][p]["target_isreg"] for p in middle} == middle
+    assert result["paths"][str(root / "usr" / "lib64" / "libnvidia-ml.so.0.0.test")]["exists"] is False  # on the host
     # the same links read as the host reads them (no root): the absolute ones point outside the tree
     code, result = run({"paths": paths}, capsys)
     assert {n: result["paths"][str(lib / n)]["target_isreg"] for n in links} == {
@@ -162,10 +180,12 @@ def test_only_a_paths_absence_reads_as_absent_and_paths_are_absolute(tmp_path: P
     looped = str(tmp_path / "loop-a" / "libnvidia-ml.so.1")  # ELOOP says nothing of whether it exists
     code, result = run({"paths": [looped]}, capsys)
     assert code == 1 and result["msg"].startswith(f"cannot read {looped}: Too many levels of symbolic links")
-    # a loop met only while following the link (lstat of the link itself succeeds), on the host or inside a root
+    # a loop met only while following the link (lstat of the link itself succeeds), on the host or inside a root:
+    # the link exists and leads to no file (another library directory may still hold the library)
     for roots in ([], [str(tmp_path)]):
         code, result = run({"paths": [str(tmp_path / "loop-a")], "link_roots": roots}, capsys)
-        assert code == 1 and result["msg"].startswith(f"cannot read {tmp_path / 'loop-a'}: Too many levels"), roots
+        assert code == 0 and result["paths"][str(tmp_path / "loop-a")]["exists"] is True, roots
+        assert result["paths"][str(tmp_path / "loop-a")]["target_isreg"] is False, roots
 
 
 def test_a_bare_package_name_is_the_native_architectures(capsys: pytest.CaptureFixture[str],
