@@ -18,11 +18,12 @@ What keeps it to its own user and install:
 - the socket's name is a digest of what the server's imports depend on (:func:`server_key`): the Python, gpuprov's
   code (its files' modification times), the installs of torch, torchvision, Triton, NumPy and Pillow, and the
   environment variables read when libraries load (``LD_*``, ``PYTHON*``, ``TORCH*``, ``TRITON*``, ``CUDA*``, thread
-  counts), and the cgroup of the run (a login session's scope, a Slurm job, a systemd unit): each has a server of
-  its own. A run whose key differs starts its own server; the old one ends when its time is up;
-- a request from another cgroup is refused, so a worker is never moved out of a job's cgroup (a run moved to
-  another cgroup after it chose its socket): that run starts its workers itself. A refused request does not count
-  as work, so it does not keep the server alive.
+  counts), and the cgroup and namespaces of the run (a login session's scope, a Slurm job, a systemd unit, a
+  container): each has a server of its own. A run whose key differs starts its own server; the old one ends when
+  its time is up;
+- a request from another cgroup or namespace is refused, so a worker is never moved out of a job's cgroup or a
+  container (a run moved to another cgroup after it chose its socket): that run starts its workers itself. A
+  refused request does not count as work, so it does not keep the server alive.
 
 A forked worker's parent is the server, so ``PR_SET_PDEATHSIG`` cannot tie it to its run: the run passes a pidfd
 of itself, and the worker ends when that pidfd reports the run's exit
@@ -117,15 +118,15 @@ def _own_private(folder: Path) -> bool:
 def server_key(environ: Mapping[str, str] | None = None) -> str:
     """A digest (16 hex digits) of what a server's imports depend on: the Python, gpuprov's code, the installs of
     :data:`PRELOADED`, and the load-time environment variables (:data:`LOAD_TIME_PREFIXES`, not
-    :data:`PER_WORKER_ENV`); and of this process's cgroup (:func:`own_cgroup`), as the server serves only its own
-    cgroup: without it, a server left by one login session (or job) would hold the socket of every later one,
-    refuse their requests and keep them from starting theirs."""
+    :data:`PER_WORKER_ENV`); and of this process's cgroup and namespaces (:func:`own_scope`), as the server serves
+    only its own: without them, a server left by one login session (or job, or container sharing the folder) would
+    hold the socket of every later one, refuse their requests and keep them from starting theirs."""
     env = os.environ if environ is None else environ
     package = Path(__file__).resolve().parent.parent
     newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
     installs = [_install(name) for name in PRELOADED]
     loaded = sorted((k, v) for k, v in env.items() if k.startswith(LOAD_TIME_PREFIXES) and k not in PER_WORKER_ENV)
-    text = json.dumps([sys.executable, sys.version, str(package), newest, installs, loaded, own_cgroup()])
+    text = json.dumps([sys.executable, sys.version, str(package), newest, installs, loaded, own_scope()])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -164,12 +165,27 @@ def run_socket(keep_warm_s: float, follow: bool, compiled: bool,
     return socket_path(environ)
 
 
-def own_cgroup() -> str:
-    """This process's cgroup (``/proc/self/cgroup``); "" where it cannot be read."""
+#: the namespaces a forked worker shares with its server (``/proc/self/ns/``): a run in others (a container) must
+#: not get one, whose files, network and processes would be the server's
+NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
+
+
+def own_scope() -> str:
+    """This process's cgroup (``/proc/self/cgroup``) and namespaces (``/proc/self/ns/*`` links, ``mnt:[4026531841]``):
+    what a forked worker would take from its server, not from its run. Inside a cgroup namespace the cgroup reads
+    as ``0::/`` in every container, so the namespaces tell two containers apart. A part that cannot be read is
+    ``?``."""
     try:
-        return Path("/proc/self/cgroup").read_text(encoding="utf-8")
+        cgroup = Path("/proc/self/cgroup").read_text(encoding="utf-8")
     except OSError:
-        return ""
+        cgroup = "?"
+    spaces = []
+    for name in NAMESPACES:
+        try:
+            spaces.append(str(Path(f"/proc/self/ns/{name}").readlink()))
+        except OSError:
+            spaces.append(f"{name}:?")
+    return cgroup + " ".join(spaces)
 
 
 class ForkedWorker:
@@ -295,8 +311,8 @@ def say_exit(code: int) -> None:
 def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
     """Ask the server listening at ``path`` for a worker with environment ``env`` (and this process's working
     folder, umask and CPU affinity); the worker's stderr is this process's. None when no server answers there or it
-    refuses (another cgroup), or where this process's working folder was removed (a child could not enter it): the
-    caller starts the worker itself."""
+    refuses (another cgroup or namespace), or where this process's working folder was removed (a child could not
+    enter it): the caller starts the worker itself."""
     try:
         cwd = str(Path.cwd())
     except OSError:
@@ -321,7 +337,7 @@ def spawn(path: Path, env: Mapping[str, str]) -> ForkedWorker | None:
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     request = {"env": dict(env), "cwd": cwd, "umask": _umask(), "affinity": sorted(os.sched_getaffinity(0)),
-               "cgroup": own_cgroup()}  # fmt: skip
+               "scope": own_scope()}  # fmt: skip
     try:
         payload = json.dumps(request).encode() + b"\n"
         # a stream socket takes what its buffer holds (some hundred kB): the rest of a large environment follows

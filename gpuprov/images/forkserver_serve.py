@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.images import forkserver
-from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, own_cgroup, serving
+from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, own_scope, serving
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,8 @@ class _Server:
             return f"uid {uid} is not the server's"
         if not isinstance(request, dict) or len(fds) != FDS:
             return "not a worker request"
-        if request.get("cgroup") != own_cgroup():
-            return "another cgroup"
+        if request.get("scope") != own_scope():
+            return "another cgroup or namespace"
         return ""
 
     def _child(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:

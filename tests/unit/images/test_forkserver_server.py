@@ -29,7 +29,7 @@ def test_the_server_refuses_a_run_of_another_cgroup(
 ) -> None:
     """A Slurm job's or a unit's workers must stay in its cgroup: that run starts its workers itself."""
     path, _ = stub_server
-    monkeypatch.setattr(forkserver, "own_cgroup", lambda: "0::/another.slice/job.scope\n")
+    monkeypatch.setattr(forkserver, "own_scope", lambda: "0::/another.slice/job.scope\n")
     assert spawn(path, dict(os.environ)) is None
 
 
@@ -40,7 +40,7 @@ def test_refused_requests_do_not_keep_the_server_alive(runtime: Path, monkeypatc
     server = subprocess.Popen([sys.executable, str(STUB), str(path), "3"], cwd=ROOT)
     try:
         assert wait_for(lambda: serving(path), 30), "the stub server did not listen"
-        monkeypatch.setattr(forkserver, "own_cgroup", lambda: "0::/user.slice/session-2.scope\n")
+        monkeypatch.setattr(forkserver, "own_scope", lambda: "0::/user.slice/session-2.scope\n")
         deadline = time.monotonic() + 60  # 3 s idle; the rest is slack for a loaded machine
         while server.poll() is None and time.monotonic() < deadline:
             assert spawn(path, dict(os.environ)) is None
@@ -54,10 +54,22 @@ def test_refused_requests_do_not_keep_the_server_alive(runtime: Path, monkeypatc
 def test_each_cgroup_has_a_server_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new login session, Slurm job or systemd unit gets its own socket, not one whose server refuses it."""
     env = {"PATH": "/usr/bin"}
-    monkeypatch.setattr(forkserver, "own_cgroup", lambda: "0::/user.slice/session-1.scope\n")
+    monkeypatch.setattr(forkserver, "own_scope", lambda: "0::/user.slice/session-1.scope\n")
     first = server_key(env)
-    monkeypatch.setattr(forkserver, "own_cgroup", lambda: "0::/user.slice/session-2.scope\n")
+    monkeypatch.setattr(forkserver, "own_scope", lambda: "0::/user.slice/session-2.scope\n")
     assert server_key(env) != first
+
+
+def test_each_container_has_a_server_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a cgroup namespace every container's cgroup reads ``0::/``: its namespaces tell it apart, so two
+    containers sharing a runtime folder do not share a server (whose workers would run in the other container)."""
+    env = {"PATH": "/usr/bin"}
+    namespaces = {name: f"{name}:[40265318{i}]" for i, name in enumerate(forkserver.NAMESPACES)}
+    monkeypatch.setattr(Path, "read_text", lambda self, **_: "0::/\n")
+    monkeypatch.setattr(Path, "readlink", lambda self: Path(namespaces[self.name]))
+    first = server_key(env)
+    namespaces["mnt"] = "mnt:[4026532999]"  # another container's mount namespace
+    assert server_key(env) != first and "mnt:[4026532999]" in forkserver.own_scope()
 
 
 def test_a_run_with_a_large_environment_gets_a_forked_worker(
