@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,54 +228,71 @@ class Decoder:
             out.append(Decoded(torch.as_tensor(img, device="cuda").permute(2, 0, 1), 255.0))
         return out
 
-    def decode(self, blobs: Sequence[bytes]) -> list[Decoded | DecodeError]:
+    def decode(self, blobs: Sequence[bytes], *, gpu_decode: bool = True) -> list[Decoded | DecodeError]:
         """Decode every blob; a failure is returned in its place as a :class:`DecodeError`. An image that
         declares more than ``max_pixels`` pixels is refused before any decoding (:func:`over_pixel_limit`);
         formats that only Pillow reads (TIFF, BMP, ...) also stop at Pillow's own refusal, twice
-        ``PIL.Image.MAX_IMAGE_PIXELS``, which this leaves as it is."""
-        torch, torchvision = torch_modules()
+        ``PIL.Image.MAX_IMAGE_PIXELS``, which this leaves as it is. ``gpu_decode`` False decodes baseline JPEGs on
+        the CPU too, then copies them to the device. Raises out-of-memory from the GPU decoder or the copy (the CPU
+        decodes not yet started are cancelled first)."""
         out: list[Decoded | DecodeError | None] = [over_pixel_limit(b, self.max_pixels) for b in blobs]
-        gpu_idx = [i for i, b in enumerate(blobs)
-                   if out[i] is None and self.device != "cpu" and jpeg_kind(b) == "baseline"]  # fmt: skip
+        on_device = gpu_decode and self.device != "cpu"
+        gpu_idx = [i for i, b in enumerate(blobs) if out[i] is None and on_device and jpeg_kind(b) == "baseline"]
         on_gpu = set(gpu_idx)
         cpu_idx = [i for i in range(len(blobs)) if i not in on_gpu and out[i] is None]
         futures = {i: self.pool.submit(_decode_cpu_pinned, blobs[i], self.device != "cpu") for i in cpu_idx}
-        if gpu_idx and self.nvimgcodec is not None:
+        try:
+            self._decode_gpu(blobs, gpu_idx, out, futures)
+            for i, fut in futures.items():
+                out[i] = self._collect(fut)
+        except BaseException:
+            for fut in futures.values():
+                fut.cancel()
+            raise
+        return [o if o is not None else DecodeError("not decoded") for o in out]
+
+    def _decode_gpu(self, blobs: Sequence[bytes], gpu_idx: list[int], out: list[Decoded | DecodeError | None],
+                    futures: dict[int, Future[Decoded]]) -> None:  # fmt: skip
+        """Decode ``blobs[i]`` for each ``i`` of ``gpu_idx`` on the device into ``out``; an image the GPU decoder
+        refuses, or every image of a batch that holds a bad JPEG, goes to the CPU instead (into ``futures``).
+        Raises out-of-memory (a batch too large, not a bad JPEG)."""
+        if not gpu_idx:
+            return
+        if self.nvimgcodec is not None:
             decoded = self._decode_nvimgcodec([blobs[i] for i in gpu_idx])
             for i, dec in zip(gpu_idx, decoded, strict=True):
                 if dec is None:  # corrupt or refused: the CPU path decodes it or gives the reason
                     futures[i] = self.pool.submit(_decode_cpu_pinned, blobs[i], True)
                 else:
                     out[i] = dec
-        elif gpu_idx:
-            ImageReadMode = torchvision.io.ImageReadMode
-            raws = [torch.frombuffer(bytearray(blobs[i]), dtype=torch.uint8) for i in gpu_idx]
-            try:
-                imgs = torchvision.io.decode_jpeg(
-                    raws, mode=ImageReadMode.RGB, device=self.device, apply_exif_orientation=True
-                )
-                for i, img in zip(gpu_idx, imgs, strict=True):
-                    out[i] = Decoded(img, 255.0)
-            except RuntimeError as exc:
-                if is_oom(exc):  # the batch does not fit: decode_split halves it, warm() logs it
-                    raise
-                # one bad JPEG fails the whole nvJPEG batch: decode each on the CPU to find it
-                for i in gpu_idx:
-                    futures[i] = self.pool.submit(_decode_cpu_pinned, blobs[i], True)
-        for i, fut in futures.items():
-            try:
-                dec = fut.result()
-            except DecodeError as exc:
-                out[i] = exc
-                continue
-            except (ValueError, RuntimeError, OSError, IndexError, TypeError) as exc:  # a decoder's own bug
-                if is_oom(exc):
-                    raise
-                out[i] = DecodeError(f"cannot decode image: {type(exc).__name__}: {exc}")
-                continue
-            out[i] = Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
-        return [o if o is not None else DecodeError("not decoded") for o in out]
+            return
+        torch, torchvision = torch_modules()
+        raws = [torch.frombuffer(bytearray(blobs[i]), dtype=torch.uint8) for i in gpu_idx]
+        try:
+            imgs = torchvision.io.decode_jpeg(
+                raws, mode=torchvision.io.ImageReadMode.RGB, device=self.device, apply_exif_orientation=True
+            )
+        except RuntimeError as exc:
+            if is_oom(exc):  # the batch does not fit: decode_split halves it, warm() logs it
+                raise
+            # one bad JPEG fails the whole nvJPEG batch: decode each on the CPU to find it
+            for i in gpu_idx:
+                futures[i] = self.pool.submit(_decode_cpu_pinned, blobs[i], True)
+            return
+        for i, img in zip(gpu_idx, imgs, strict=True):
+            out[i] = Decoded(img, 255.0)
 
+    def _collect(self, fut: Future[Decoded]) -> Decoded | DecodeError:
+        """A CPU decode's result copied to the device, or its :class:`DecodeError`; raises out-of-memory."""
+        try:
+            dec = fut.result()
+        except DecodeError as exc:
+            return exc
+        except (ValueError, RuntimeError, OSError, IndexError, TypeError) as exc:  # a decoder's own bug
+            if is_oom(exc):
+                raise
+            return DecodeError(f"cannot decode image: {type(exc).__name__}: {exc}")
+        return Decoded(dec.pixels.to(self.device, non_blocking=True), dec.max_value)
 
 WARM_SIDE = 512
 """Side in pixels of the JPEG :meth:`Decoder.warm` decodes: as large as most ImageNet-like photos (256-500 px)."""
@@ -315,8 +332,9 @@ def _decode_cpu_pinned(data: bytes, pin: bool) -> Decoded:
 
 
 def decode_split(decoder: Decoder, blobs: list[bytes]) -> list[Decoded | DecodeError]:
-    """``decoder.decode(blobs)``; on out-of-memory, each half on its own (recursively), and an image
-    that alone does not fit is a :class:`DecodeError` (recorded as failed, the rest goes on).
+    """``decoder.decode(blobs)``; on out-of-memory, each half on its own (recursively); an image that alone does
+    not fit the GPU decoder is decoded on the CPU and copied, and one whose pixels do not fit the device either is a
+    :class:`DecodeError` (recorded as failed, the rest goes on).
 
     The batch size is probed with 1.5-megapixel images (:func:`~gpuprov.images.memory.auto_batch`); a batch
     of 12-megapixel photos decodes to 8x as many bytes, and the next batch decodes while this one is
@@ -328,8 +346,14 @@ def decode_split(decoder: Decoder, blobs: list[bytes]) -> list[Decoded | DecodeE
         if not is_oom(exc):
             raise
         release_memory()
-        if len(blobs) == 1:
-            return [DecodeError(f"out of device memory decoding this image alone: {exc}")]
+        if len(blobs) == 1:  # too large for the GPU decoder's buffers: the CPU decodes it, if the copy fits
+            try:
+                return list(decoder.decode(blobs, gpu_decode=False))
+            except (RuntimeError, MemoryError) as alone:
+                if not is_oom(alone):
+                    raise
+                release_memory()
+                return [DecodeError(f"out of device memory decoding this image alone: {alone}")]
         half = len(blobs) // 2
         log.warning("out of memory decoding %d images: decoding them in halves", len(blobs))
         return decode_split(decoder, blobs[:half]) + decode_split(decoder, blobs[half:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -267,24 +268,26 @@ def test_decode_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit() 
     from gpuprov.images.decode import Decoded, DecodeError, decode_split
 
     class Tight:
-        """Device memory for 3 images at a time; the blob b"huge" never fits."""
+        """Device memory for 3 images at a time; the GPU decoder's buffers for b"big" never fit, but its pixels
+        do (decoded on the CPU); b"huge" fits neither way."""
 
         def __init__(self) -> None:
-            self.calls: list[int] = []
+            self.calls: list[tuple[int, bool]] = []
 
-        def decode(self, blobs: list[bytes]) -> list[Decoded]:
-            self.calls.append(len(blobs))
-            if len(blobs) > 3 or b"huge" in blobs:
+        def decode(self, blobs: list[bytes], *, gpu_decode: bool = True) -> list[Decoded]:
+            self.calls.append((len(blobs), gpu_decode))
+            if len(blobs) > 3 or b"huge" in blobs or (gpu_decode and b"big" in blobs):
                 raise RuntimeError("CUDA out of memory. Tried to allocate 36.00 GiB")
             return [Decoded(blob, 255.0) for blob in blobs]
 
     decoder = Tight()
-    blobs = [b"a", b"b", b"c", b"huge", b"d", b"e", b"f", b"g"]
+    blobs = [b"a", b"b", b"c", b"huge", b"d", b"big", b"f", b"g"]
     out = decode_split(decoder, blobs)  # type: ignore[arg-type]
     assert [o.pixels if isinstance(o, Decoded) else "error" for o in out] == [
-        b"a", b"b", b"c", "error", b"d", b"e", b"f", b"g"]  # fmt: skip
+        b"a", b"b", b"c", "error", b"d", b"big", b"f", b"g"]  # fmt: skip
     assert isinstance(out[3], DecodeError) and "out of device memory" in str(out[3])
-    assert decoder.calls[0] == 8 and max(decoder.calls[1:]) <= 4
+    assert decoder.calls[0] == (8, True) and max(n for n, _ in decoder.calls[1:]) <= 4
+    assert [n for n, gpu in decoder.calls if not gpu] == [1, 1]  # only "huge" and "big" went to the CPU, alone
 
     class Broken:
         def decode(self, blobs: list[bytes]) -> list[Decoded]:
@@ -322,6 +325,15 @@ def test_an_nvjpeg_batch_out_of_memory_is_split_not_decoded_on_the_cpu(monkeypat
         assert all(isinstance(o, Decoded) for o in out) and sizes == [4, 4, 2, 2]
         decoder.warm(4)  # logged, not raised
         assert sizes[-1] == 4 and cpu == []  # nothing went to the CPU decoder
+        # a PNG beside the JPEGs waits for the CPU pool (its one thread busy): the out-of-memory cancels it, so
+        # each halving does not decode it again
+        release = threading.Event()
+        decoder.pool.submit(release.wait, 30)
+        with pytest.raises(torch.OutOfMemoryError):
+            decoder.decode([b"\x89PNG\r\n\x1a\n", *blobs])
+        release.set()
+        decoder.pool.submit(lambda: None).result(timeout=30)  # the pool has run what it still held
+        assert cpu == []
     finally:
         decoder.close()
 
