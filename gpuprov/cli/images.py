@@ -36,7 +36,8 @@ from gpuprov.cli.images_report import QUEUE_ENVVAR, check_json_path, finish_run,
 from gpuprov.cli.images_warm import warm_cmd
 from gpuprov.exceptions import ConfigError
 from gpuprov.images.compiled import check_compile_option, may_compile
-from gpuprov.images.forkserver import KEEP_WARM_S, run_socket, serving, start_server
+from gpuprov.images.forkserver import KEEP_WARM_S, serving, start_server
+from gpuprov.images.forkserver_socket import run_socket
 from gpuprov.images.formats import DEFAULT_MAX_PIXELS
 from gpuprov.images.mps import MpsChoice, mps_choice, run_mps
 from gpuprov.images.queue.base import MAX_LEASE_S
@@ -124,9 +125,9 @@ def _supervise(mps: MpsChoice, settings: dict[str, Any], log: Callable[[str], No
                fork: Path | None, keep_warm_s: float) -> list[Any]:  # fmt: skip
     """``run(env, fork)`` (the supervisor) under the run's MPS daemon (:func:`~gpuprov.images.mps.run_mps`; ``env``
     names it to the GPU workers), once the settings line, with MPS's state, is logged and put in ``settings``;
-    ``fork``: the fork server's socket (:func:`~gpuprov.images.forkserver.run_socket`) or None. Marks in ``ending``
-    (``time.monotonic()``) when the workers had all exited and when the daemon had stopped. Then, with ``fork``,
-    leaves a fork server there for the next run unless one serves already."""
+    ``fork``: the fork server's socket (:func:`~gpuprov.images.forkserver_socket.run_socket`) or None. Marks in
+    ``ending`` (``time.monotonic()``) when the workers had all exited and when the daemon had stopped. Then, with
+    ``fork``, leaves a fork server there for the next run unless one serves already."""
     with run_mps(mps) as env:
         settings["mps"] = mps.describe() if env or not mps.use else "off (its daemon did not start)"
         log(settings_line(settings))

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.images import forkserver
-from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, own_scope, serving
+from gpuprov.images.forkserver import FDS, PIDFD_ENV, REPLY_TIMEOUT_S, serving
+from gpuprov.images.forkserver_socket import own_scope
 
 log = logging.getLogger(__name__)
 

@@ -80,7 +80,8 @@ def workers_of(request: pytest.FixtureRequest, queue_url: str) -> Iterator[tuple
         return
     if not queue_url.startswith("sqlite"):
         pytest.skip("the forked case runs on sqlite only (the queue does not change what a fork server does)")
-    from gpuprov.images.forkserver import serving, socket_path
+    from gpuprov.images.forkserver import serving
+    from gpuprov.images.forkserver_socket import socket_path
 
     runtime = Path(tempfile.mkdtemp(prefix="fs-"))  # short: a Unix socket's path has at most 107 bytes
     env.update(XDG_RUNTIME_DIR=str(runtime), GPUPROV_IMAGES_KEEP_WARM="600")

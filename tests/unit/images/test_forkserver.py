@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.images.forkserver import run_socket, serving, socket_path, spawn
+from gpuprov.images.forkserver import serving, spawn
+from gpuprov.images.forkserver_socket import run_socket, socket_path
 from tests.unit.images.forkserver_support import ROOT, STUB, gone, wait_for
 
 

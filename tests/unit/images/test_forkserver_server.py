@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.images import forkserver
-from gpuprov.images.forkserver import runtime_dir, server_key, serving, socket_path, spawn
+from gpuprov.images import forkserver, forkserver_socket
+from gpuprov.images.forkserver import serving, spawn
+from gpuprov.images.forkserver_socket import runtime_dir, server_key, socket_path
 from tests.unit.images.forkserver_support import ROOT, STUB, wait_for
 
 
@@ -54,9 +55,9 @@ def test_refused_requests_do_not_keep_the_server_alive(runtime: Path, monkeypatc
 def test_each_cgroup_has_a_server_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new login session, Slurm job or systemd unit gets its own socket, not one whose server refuses it."""
     env = {"PATH": "/usr/bin"}
-    monkeypatch.setattr(forkserver, "own_scope", lambda: "0::/user.slice/session-1.scope\n")
+    monkeypatch.setattr(forkserver_socket, "own_scope", lambda: "0::/user.slice/session-1.scope\n")
     first = server_key(env)
-    monkeypatch.setattr(forkserver, "own_scope", lambda: "0::/user.slice/session-2.scope\n")
+    monkeypatch.setattr(forkserver_socket, "own_scope", lambda: "0::/user.slice/session-2.scope\n")
     assert server_key(env) != first
 
 
@@ -64,12 +65,12 @@ def test_each_container_has_a_server_of_its_own(monkeypatch: pytest.MonkeyPatch)
     """Inside a cgroup namespace every container's cgroup reads ``0::/``: its namespaces tell it apart, so two
     containers sharing a runtime folder do not share a server (whose workers would run in the other container)."""
     env = {"PATH": "/usr/bin"}
-    namespaces = {name: f"{name}:[40265318{i}]" for i, name in enumerate(forkserver.NAMESPACES)}
+    namespaces = {name: f"{name}:[40265318{i}]" for i, name in enumerate(forkserver_socket.NAMESPACES)}
     monkeypatch.setattr(Path, "read_text", lambda self, **_: "0::/\n")
     monkeypatch.setattr(Path, "readlink", lambda self: Path(namespaces[self.name]))
     first = server_key(env)
     namespaces["mnt"] = "mnt:[4026532999]"  # another container's mount namespace
-    assert server_key(env) != first and "mnt:[4026532999]" in forkserver.own_scope()
+    assert server_key(env) != first and "mnt:[4026532999]" in forkserver_socket.own_scope()
 
 
 def test_a_run_with_a_large_environment_gets_a_forked_worker(
