@@ -12,6 +12,13 @@ import stat
 MAX_LINKS = 40
 
 
+def lexical(path):
+    """``path`` (absolute) with ``.``, ``..``, repeated and trailing slashes taken out, without reading the disk:
+    paths compared as written (``//run`` is ``/run``; os.path.normpath alone keeps a leading ``//``, which POSIX
+    leaves open)."""
+    return os.path.normpath("/" + path.lstrip("/"))
+
+
 def resolve_in_root(path, root="/"):
     """The path ``path`` leads to with every link followed as if ``root`` were ``/`` (a chroot into it): an
     absolute link target starts again at ``root`` and ``..`` stops there, as the NVIDIA container toolkit reads a
@@ -19,8 +26,7 @@ def resolve_in_root(path, root="/"):
     is a path on this host under the real path of ``root``, or None where the lookup fails as the kernel's would:
     a component missing, one that is not a directory with more to follow, or more than :data:`MAX_LINKS` links (a
     loop). Raises OSError for any other error (EACCES), and ValueError for a ``path`` outside ``root``."""
-    # compared as written: "//run" is "/run" (os.path.normpath keeps a leading "//", which POSIX leaves open)
-    relative = os.path.relpath("/" + path.lstrip("/"), "/" + root.lstrip("/"))
+    relative = os.path.relpath(lexical(path), lexical(root))
     if relative == ".." or relative.startswith("../"):
         raise ValueError(f"{path} is not under {root}")
     base = os.path.realpath(root)

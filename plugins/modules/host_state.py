@@ -118,7 +118,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprov.gpu.plugins.module_utils.aptstate import EXTENDED_STATES, parse_extended_states
 from ansible_collections.gpuprov.gpu.plugins.module_utils.deb import read_dpkg
-from ansible_collections.gpuprov.gpu.plugins.module_utils.host_files import path_state, read_text
+from ansible_collections.gpuprov.gpu.plugins.module_utils.host_files import lexical, path_state, read_text
 
 
 def package_state(module, names):
@@ -131,12 +131,6 @@ def package_state(module, names):
         text = read_text(EXTENDED_STATES)
         auto = [n for n in parse_extended_states(text or "", native_arch=native) if n in versions]
     return versions, {k: v["selection"] for k, v in packages.items()}, auto
-
-
-def lexical(path):
-    """``path`` (absolute) with ``.``, ``..``, repeated and trailing slashes taken out, without reading the disk
-    (``//run`` is ``/run``)."""
-    return os.path.normpath("/" + path.lstrip("/"))
 
 
 def link_root(path, roots):
